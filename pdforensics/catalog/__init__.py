@@ -1,0 +1,137 @@
+"""The line catalog: which log messages mean what, kept as data (lnav-style).
+
+Entries live in TOML files: the bundled ``sglang.toml`` plus any ``--catalog``
+files a user passes. A user entry with the same ``name`` replaces the bundled
+one; new user entries are tried before the bundled ones (first match wins).
+
+Each entry needs a cheap literal anchor (``starts_with`` on the message body or
+``contains``) so the vectorised matcher only runs the regex on candidate rows.
+A row whose anchor matches but whose ``pattern`` does not is a *recognised line
+that failed to parse*: it is counted as such, never silently treated as noise.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pdforensics.errors import UsageError
+from pdforensics.schema import ENGINES
+
+BUNDLED = Path(__file__).with_name("sglang.toml")
+
+
+@dataclass(frozen=True)
+class Sample:
+    line: str
+    expect: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    event: str
+    pattern: str
+    starts_with: str | None = None
+    contains: str | None = None
+    engine: str | None = None
+    level: str | None = None
+    versions: str | None = None
+    description: str = ""
+    fields: dict[str, str] = field(default_factory=dict)
+    samples: tuple[Sample, ...] = ()
+    origin: str = "bundled"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    entries: tuple[Entry, ...]
+
+    def by_name(self, name: str) -> Entry:
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise KeyError(name)
+
+    @property
+    def events(self) -> set[str]:
+        return {e.event for e in self.entries}
+
+
+def _check_regex(pattern: str, where: str) -> None:
+    # Matching runs in polars (Rust regex: no look-around, no backreferences).
+    try:
+        re.compile(pattern)
+        pl.Series(["x"]).str.contains(pattern)
+    except (re.error, pl.exceptions.PolarsError) as exc:
+        raise UsageError(f"{where}: bad regex {pattern!r}: {str(exc).splitlines()[0]}") from None
+
+
+def _entry_from_toml(raw: dict[str, Any], origin: str) -> Entry:
+    where = f"{origin}: entry {raw.get('name', '?')!r}"
+    for key in ("name", "event", "pattern"):
+        if not isinstance(raw.get(key), str) or not raw[key]:
+            raise UsageError(f"{where}: missing or empty '{key}'")
+    if not raw.get("starts_with") and not raw.get("contains"):
+        raise UsageError(f"{where}: needs a literal anchor, 'starts_with' or 'contains'")
+    if raw.get("engine") is not None and raw["engine"] not in ENGINES:
+        raise UsageError(f"{where}: engine must be one of {', '.join(ENGINES)}")
+    fields = dict(raw.get("fields", {}))
+    for pat in [raw["pattern"], *fields.values()]:
+        _check_regex(pat, where)
+    for fname, pat in fields.items():
+        if re.compile(pat).groups != 1:
+            raise UsageError(f"{where}: field {fname!r} regex must have exactly one group")
+    samples = tuple(Sample(line=s["line"], expect=dict(s.get("expect", {}))) for s in raw.get("sample", []))
+    known = {
+        "name", "event", "pattern", "starts_with", "contains", "engine", "level",
+        "versions", "description", "fields", "sample",
+    }  # fmt: skip
+    unknown = set(raw) - known
+    if unknown:
+        raise UsageError(f"{where}: unknown keys {sorted(unknown)}")
+    return Entry(
+        name=raw["name"],
+        event=raw["event"],
+        pattern=raw["pattern"],
+        starts_with=raw.get("starts_with"),
+        contains=raw.get("contains"),
+        engine=raw.get("engine"),
+        level=raw.get("level"),
+        versions=raw.get("versions"),
+        description=raw.get("description", ""),
+        fields=fields,
+        samples=samples,
+        origin=origin,
+    )
+
+
+def read_catalog_file(path: Path) -> list[Entry]:
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"catalog file not found: {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"catalog file {path} is not valid TOML: {exc}") from None
+    entries = [_entry_from_toml(raw, str(path)) for raw in data.get("entry", [])]
+    names = [e.name for e in entries]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise UsageError(f"catalog file {path}: duplicate entry names {sorted(dupes)}")
+    return entries
+
+
+def load_catalog(extra: list[Path] | tuple[Path, ...] = ()) -> Catalog:
+    """Bundled entries, with user files layered on top (later files win)."""
+    bundled = read_catalog_file(BUNDLED)
+    user: list[Entry] = []
+    for path in extra:
+        for entry in read_catalog_file(path):
+            user = [e for e in user if e.name != entry.name] + [entry]
+    overridden = {e.name for e in user}
+    return Catalog(tuple(user + [e for e in bundled if e.name not in overridden]))

@@ -1,0 +1,512 @@
+"""Records -> lines + events, vectorised with polars.
+
+Three passes over a batch, all column-at-a-time:
+1. *prefix*: strip ANSI colour, `journalctl` short prefixes and docker-compose
+   `service | ` prefixes; read the SGLang `[time RANKS]` prefix (or a custom
+   `SGLANG_LOGGING_CONFIG_PATH` one) into app time and ranks; leave the body.
+2. *match*: one Aho-Corasick pass finds each row's catalog anchors; only those
+   candidate rows run the entry's regex, in catalog order (first match wins).
+3. *extract*: each matched entry's named groups and `fields` become typed
+   event columns; anything not in `schema.EVENT_FIELDS` goes to `extra` JSON.
+
+Python loops here run over catalog entries, never over lines.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import polars as pl
+
+from pdforensics.catalog import Catalog, Entry, load_catalog
+from pdforensics.schema import EVENT_BASE_COLUMNS, EVENT_FIELDS, RECORD_SCHEMA
+
+ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
+# `journalctl` default output: "Nov 29 10:00:00 host unit[pid]: message"
+SYSLOG_PREFIX = (
+    r"^(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?) (?P<sl_host>\S+) "
+    r"(?P<sl_ident>[^\s\[:]+)(?:\[(?P<sl_pid>\d+)\])?: "
+)
+DOCKER_PREFIX = r"^(?P<svc>[A-Za-z0-9][\w.-]*)\s+\| "
+# The SGLang logger prefix, `[ts(.ms)? RANKS]`, followed either by " body" or by more
+# adjacent `[...]` groups (custom dictConfig formats: `[ts][file.py:42][INFO]: body`).
+# What may follow the seconds inside the SGLang prefix: `.ms` and the rank parts (any order).
+PREFIX_TAIL = r"^(?:[.,]\d{1,6})?(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*$"
+# Formats whose time is kept but whose text stays the body (the catalog matches them whole).
+ROUTER_TIME = r"^(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(?P<frac>\d{1,9}))?Z?\s+(?:TRACE|DEBUG|INFO|WARN|ERROR)\s"
+PDLB_TIME = r"^\[PDLB \(Python\)\] (?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,(?P<frac>\d{3}))?"
+UCX_TIME = r"^\[(?P<sec>\d{9,11})\.(?P<frac>\d{6})\] \["
+
+ENGINE_FROM_NAME = [
+    ("prefill", r"(?i)prefill"),
+    ("decode", r"(?i)decode"),
+    ("router", r"(?i)router|gateway|(?:^|[-_.])lb(?:$|[-_.])|mini_lb"),
+]
+# Lines that continue the previous record of the same stream (multi-line log records).
+CONTINUATION = (
+    r"^(?:\s|Traceback \(most recent call last\)|During handling of the above exception"
+    r"|The above exception was the direct cause|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b(?::|$))"
+)
+TIME_FMT = "%Y-%m-%d %H:%M:%S"
+LOCAL_TZ = datetime.now(UTC).astimezone().tzname()
+US = 1_000_000
+
+
+@dataclass
+class ParseOptions:
+    catalog: Catalog
+    tz: str | None = None  # zone of zone-less prefixes; None = infer from journal times, else local zone
+
+
+@dataclass
+class StreamCarry:
+    """What a batch hands to the next one of the same ingest (per stream)."""
+
+    last_ts: dict[str, int] = field(default_factory=dict)  # source_key -> last known ts_us
+    last_head: dict[str, int] = field(default_factory=dict)  # stream key -> line_id of last head
+    host_offsets_us: dict[str, int] = field(default_factory=dict)  # host -> local minus UTC
+
+
+# ---------------------------------------------------------------- prefix pass
+
+
+def _strip_prefixes(df: pl.DataFrame) -> pl.DataFrame:
+    df = df.with_columns(pl.col("message").fill_null("").alias("_clean"))
+    # The expensive clean-ups run only when a batch needs them.
+    if df["_clean"].str.contains("\x1b", literal=True).any():
+        df = df.with_columns(pl.col("_clean").str.replace_all(ANSI, ""))
+    if df["_clean"].str.contains("\r", literal=True).any():
+        df = df.with_columns(pl.col("_clean").str.strip_chars_end("\r"))
+    starts = pl.col("_clean").str.starts_with("[")
+    bare = df.filter(~starts)
+    if bare.height:
+        df = pl.concat([df.filter(starts), _strip_outer_prefixes(bare)]).sort("_row")
+    df = _sglang_prefix(df)
+    return _other_clocks(df).drop("_clean", "_svc", strict=False)
+
+
+def _strip_outer_prefixes(df: pl.DataFrame) -> pl.DataFrame:
+    """`journalctl` short-format and docker-compose prefixes (only rows not starting with '[')."""
+    df = df.with_columns(pl.col("_clean").str.extract_groups(SYSLOG_PREFIX).alias("_sl")).unnest("_sl")
+    has_sl = pl.col("sl_ident").is_not_null()
+    df = df.with_columns(
+        pl.when(has_sl).then(pl.col("_clean").str.replace(SYSLOG_PREFIX, "")).otherwise(pl.col("_clean")),
+        pl.when(has_sl & (pl.col("host").is_in(["local", "unknown"]) | pl.col("host").is_null()))
+        .then(pl.col("sl_host"))
+        .otherwise(pl.col("host"))
+        .alias("host"),
+        pl.coalesce(pl.col("pid"), pl.col("sl_pid").cast(pl.Int64, strict=False)).alias("pid"),
+        pl.when(has_sl).then(pl.col("sl_ident")).otherwise(pl.col("unit")).alias("unit"),
+    ).drop("sl_host", "sl_ident", "sl_pid")
+    df = df.with_columns(pl.col("_clean").str.extract(DOCKER_PREFIX, 1).alias("_svc"))
+    return df.with_columns(
+        pl.when(pl.col("_svc").is_not_null())
+        .then(pl.col("_clean").str.replace(DOCKER_PREFIX, ""))
+        .otherwise(pl.col("_clean")),
+        pl.coalesce(pl.col("_svc"), pl.col("unit")).alias("unit"),
+    ).drop("_svc")
+
+
+def _sglang_prefix(df: pl.DataFrame) -> pl.DataFrame:
+    """`[YYYY-MM-DD HH:MM:SS(.ms)( DPn TPn ...)] body` by position, not regex: it is on most lines."""
+    clean = pl.col("_clean")
+    df = df.with_columns(clean.str.find("]", literal=True).alias("_close"))
+    df = df.with_columns(
+        clean.str.slice(1, 19).alias("ts"), clean.str.slice(20, pl.col("_close") - 20).alias("_tail")
+    )
+    valid = (
+        clean.str.starts_with("[")
+        & pl.col("ts").str.strptime(pl.Datetime("us"), TIME_FMT, strict=False).is_not_null()
+        & ((pl.col("_tail") == "") | pl.col("_tail").str.contains(PREFIX_TAIL))
+    )
+    df = df.with_columns(valid.alias("_has_prefix"))
+    df = df.with_columns(
+        pl.when("_has_prefix").then("ts").alias("ts"),
+        pl.when("_has_prefix").then("_tail").otherwise(pl.lit("")).alias("_tail"),
+    )
+    t = pl.col("_tail")
+    ranks = {
+        f"{n.lower()}_rank": t.str.extract(rf"(?:^| ){n}(\d+)", 1).cast(pl.Int16)
+        for n in ("DP", "PP", "TP", "EP")
+    }
+    tail = df.filter(t != "").select("_row", t.str.extract(r"^[.,](\d{1,6})", 1).alias("frac"), **ranks)
+    df = df.join(tail, on="_row", how="left", maintain_order="left")
+    df = df.with_columns(
+        pl.when("_has_prefix").then(clean.str.slice(pl.col("_close") + 1)).otherwise(clean).alias("body")
+    )
+    # Custom dictConfig formats add adjacent groups: `[ts][file.py:42][INFO]: body`.
+    custom = pl.col("_has_prefix") & pl.col("body").str.starts_with("[")
+    if df.select(custom.any()).item():
+        df = df.with_columns(
+            pl.when(custom).then(pl.col("body").str.replace(r"^(?:\[[^\]]*\])*:? ?", "")).otherwise("body")
+        )
+    return df.with_columns(pl.col("body").str.strip_prefix(" ")).drop("_tail", "_close")
+
+
+def _other_clocks(df: pl.DataFrame) -> pl.DataFrame:
+    """Times of non-SGLang formats: router (UTC), mini_lb (local), UCX (epoch)."""
+    router = pl.col("body").str.extract_groups(ROUTER_TIME)
+    pdlb = pl.col("body").str.extract_groups(PDLB_TIME)
+    ucx = pl.col("body").str.extract_groups(UCX_TIME)
+    df = df.with_columns(router.alias("_r"), pdlb.alias("_l"), ucx.alias("_u"))
+    is_router = pl.col("ts").is_null() & pl.col("_r").struct.field("ts").is_not_null()
+    return df.with_columns(
+        pl.coalesce(pl.col("ts"), pl.col("_r").struct.field("ts"), pl.col("_l").struct.field("ts")).alias(
+            "ts"
+        ),
+        pl.coalesce(
+            pl.col("frac"), pl.col("_r").struct.field("frac"), pl.col("_l").struct.field("frac")
+        ).alias("frac"),
+        is_router.alias("_utc_prefix"),
+        (
+            pl.col("_u").struct.field("sec").cast(pl.Int64) * US
+            + pl.col("_u").struct.field("frac").cast(pl.Int64)
+        ).alias("_epoch_us"),
+    ).drop("_r", "_l", "_u")
+
+
+def _naive_us(df: pl.DataFrame) -> pl.Expr:
+    """The prefix time as microseconds of a zone-less wall clock (frac padded to us)."""
+    secs = (
+        pl.col("ts")
+        .str.replace("T", " ")
+        .str.strptime(pl.Datetime("us"), TIME_FMT, strict=False)
+        .dt.epoch("us")
+    )
+    frac = pl.col("frac").fill_null("").str.pad_end(6, "0").str.slice(0, 6)
+    return secs + pl.when(pl.col("frac").is_null()).then(0).otherwise(frac.cast(pl.Int64, strict=False))
+
+
+def _precision(df: pl.DataFrame) -> pl.Expr:
+    n = pl.col("frac").str.len_chars()
+    return (
+        pl.when(pl.col("_epoch_us").is_not_null())
+        .then(1)
+        .when(pl.col("ts").is_null())
+        .then(None)
+        .when(pl.col("frac").is_null())
+        .then(US)
+        .when(n <= 3)
+        .then(1000)
+        .otherwise(1)
+        .cast(pl.Int32)
+    )
+
+
+def _infer_offsets(df: pl.DataFrame, carry: StreamCarry) -> dict[str, int]:
+    """Per host, local-minus-UTC from journal-time/prefix pairs, rounded to 15 minutes."""
+    pairs = df.filter(pl.col("ts_us").is_not_null() & pl.col("_naive").is_not_null() & ~pl.col("_utc_prefix"))
+    if pairs.height:
+        est = pairs.group_by("host").agg((pl.col("_naive") - pl.col("ts_us")).median().alias("d"))
+        quarter = 900 * US
+        for host, d in est.iter_rows():
+            if host not in carry.host_offsets_us and d is not None:
+                carry.host_offsets_us[host] = round(d / quarter) * quarter
+    return carry.host_offsets_us
+
+
+def _app_time(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
+    df = df.with_columns(_naive_us(df).alias("_naive"), _precision(df).alias("app_ts_precision_us"))
+    zone = opts.tz
+    if zone is None:
+        offsets = _infer_offsets(df, carry)
+        offset = pl.col("host").replace_strict(offsets, default=None, return_dtype=pl.Int64)
+        by_zone = _zone_convert(pl.col("_naive"), LOCAL_TZ or "UTC")
+        local = pl.when(offset.is_not_null()).then(pl.col("_naive") - offset).otherwise(by_zone)
+    else:
+        local = _zone_convert(pl.col("_naive"), zone)
+    app = (
+        pl.when(pl.col("_epoch_us").is_not_null())
+        .then(pl.col("_epoch_us"))
+        .when(pl.col("_utc_prefix"))
+        .then(pl.col("_naive"))
+        .otherwise(local)
+    )
+    return df.with_columns(app.alias("app_ts_us")).drop("_naive", "_epoch_us", "ts", "frac", "_utc_prefix")
+
+
+def _zone_convert(naive_us: pl.Expr, zone: str) -> pl.Expr:
+    return (
+        naive_us.cast(pl.Datetime("us"))
+        .dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
+        .dt.convert_time_zone("UTC")
+        .dt.epoch("us")
+    )
+
+
+def _best_time(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
+    """ts_us = journal time, else own prefix, else inherited from the previous line of the file."""
+    df = df.with_columns(
+        pl.when(pl.col("ts_us").is_not_null())
+        .then(pl.lit("journal"))
+        .when(pl.col("app_ts_us").is_not_null())
+        .then(pl.lit("app"))
+        .otherwise(None)
+        .alias("ts_origin"),
+        pl.coalesce("ts_us", "app_ts_us").alias("ts_us"),
+    )
+    if df["ts_us"].null_count():
+        seed = pl.col("source_key").replace_strict(carry.last_ts, default=None, return_dtype=pl.Int64)
+        filled = (
+            pl.coalesce(pl.col("ts_us"), pl.when(pl.col("_first_of_key")).then(seed))
+            .forward_fill()
+            .backward_fill()
+            .over("source_key")
+        )
+        df = (
+            df.with_columns((pl.int_range(pl.len()) == 0).over("source_key").alias("_first_of_key"))
+            .with_columns(
+                pl.when(pl.col("ts_us").is_null() & filled.is_not_null())
+                .then(pl.lit("inherited"))
+                .otherwise(pl.col("ts_origin"))
+                .alias("ts_origin"),
+                filled.alias("ts_us"),
+            )
+            .drop("_first_of_key")
+        )
+    df = df.with_columns(pl.col("ts_origin").fill_null("none"))
+    last = df.filter(pl.col("ts_us").is_not_null()).group_by("source_key").agg(pl.col("ts_us").last())
+    carry.last_ts.update(dict(last.iter_rows()))
+    return df
+
+
+# ----------------------------------------------------------------- match pass
+
+
+def _anchor(entry: Entry) -> str:
+    return entry.starts_with or entry.contains or ""
+
+
+def _match(df: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    """Adds `entry_idx` (matched entry) and `error_idx` (anchor hit, pattern failed)."""
+    entries = catalog.entries
+    anchors = sorted({_anchor(e) for e in entries})
+    cand = (
+        df.select(
+            pl.col("_row"),
+            pl.col("body").str.extract_many(anchors, overlapping=True).alias("anchor"),
+        )
+        .explode("anchor")
+        .drop_nulls("anchor")
+        .unique()
+    )
+    by_anchor: dict[str, list[int]] = {}
+    for i, e in enumerate(entries):
+        by_anchor.setdefault(_anchor(e), []).append(i)
+    table = pl.DataFrame(
+        [(a, i) for a, idxs in by_anchor.items() for i in idxs],
+        schema={"anchor": pl.String, "entry_idx": pl.Int32},
+        orient="row",
+    )
+    cand = cand.join(table, on="anchor").join(df.select("_row", "body"), on="_row")
+    if cand.height == 0:
+        return df.with_columns(
+            pl.lit(None, pl.Int32).alias("entry_idx"), pl.lit(None, pl.Int32).alias("error_idx")
+        )
+    # Check each (row, entry) candidate pair; a row takes the first entry (in catalog order) that matches.
+    checks = []
+    for idx, part in cand.partition_by("entry_idx", as_dict=True).items():
+        e = entries[idx[0]]
+        ok = part["body"].str.contains(e.pattern)
+        if e.starts_with:
+            ok = ok & part["body"].str.starts_with(e.starts_with)
+        checks.append(part.select("_row", "entry_idx").with_columns(ok.alias("ok")))
+    checked = pl.concat(checks)
+    matched = checked.filter("ok").group_by("_row").agg(pl.col("entry_idx").min())
+    failed = (
+        checked.filter(~pl.col("ok"))
+        .group_by("_row")
+        .agg(pl.col("entry_idx").min().alias("error_idx"))
+        .join(matched, on="_row", how="anti")
+    )
+    return df.join(matched, on="_row", how="left").join(failed, on="_row", how="left")
+
+
+# --------------------------------------------------------------- extract pass
+
+
+def _cast_field(name: str, col: pl.Expr) -> pl.Expr:
+    dtype = EVENT_FIELDS[name]
+    if dtype == pl.Boolean():
+        return col.str.to_lowercase().is_in(["true", "1", "yes"]).alias(name)
+    if name.endswith("_us"):
+        # Reported epoch seconds with a fraction ("1790000103.123") -> integer microseconds.
+        whole = col.str.extract(r"^(\d+)", 1).cast(pl.Int64, strict=False)
+        frac = col.str.extract(r"\.(\d{1,6})", 1).str.pad_end(6, "0").cast(pl.Int64, strict=False)
+        return (whole * US + frac.fill_null(0)).alias(name)
+    if dtype.is_numeric():
+        cleaned = col.str.strip_chars().str.strip_chars_end("s%")
+        if dtype.is_integer():
+            # Exact first (64-bit rooms do not survive a float); "12.0" style values via float.
+            via_float = cleaned.cast(pl.Float64, strict=False).cast(dtype, strict=False)
+            return pl.coalesce(cleaned.cast(dtype, strict=False), via_float).alias(name)
+        return cleaned.cast(dtype, strict=False).alias(name)
+    return col.alias(name)
+
+
+def _extract_entry(part: pl.DataFrame, entry: Entry) -> pl.DataFrame:
+    groups = part["body"].str.extract_groups(entry.pattern)
+    cols: dict[str, pl.Series] = {}
+    if isinstance(groups.dtype, pl.Struct):
+        for f in groups.dtype.fields:
+            if f.name.isidentifier() and not f.name.isdigit():
+                cols[f.name] = groups.struct.field(f.name)
+    for name, regex in entry.fields.items():
+        if name not in cols or cols[name].null_count() == len(cols[name]):
+            cols[name] = part["body"].str.extract(regex, 1)
+    frame = pl.DataFrame({"_row": part["_row"], **{k: v.alias(k) for k, v in cols.items()}})
+    typed = [_cast_field(n, pl.col(n)) for n in cols if n in EVENT_FIELDS]
+    extra_names = [n for n in cols if n not in EVENT_FIELDS]
+    extra = (
+        pl.struct(extra_names).struct.json_encode().alias("extra")
+        if extra_names
+        else pl.lit(None, pl.String).alias("extra")
+    )
+    return frame.select("_row", *typed, extra)
+
+
+def _extract(df: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    hits = df.filter(pl.col("entry_idx").is_not_null()).select("_row", "entry_idx", "body")
+    parts = [
+        _extract_entry(part, catalog.entries[idx[0]])
+        for idx, part in hits.partition_by("entry_idx", as_dict=True).items()
+    ]
+    base = pl.DataFrame(schema={"_row": pl.UInt32, **EVENT_FIELDS, "extra": pl.String})
+    fields = pl.concat([base, *parts], how="diagonal_relaxed") if parts else base
+    return fields.select(base.columns).cast({"_row": pl.UInt32, **EVENT_FIELDS})
+
+
+# ----------------------------------------------------------- line structure
+
+
+def _engine(df: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+    name = pl.coalesce(pl.col("unit"), pl.col("syslog_identifier"), pl.col("source"))
+    by_name = pl.lit(None, pl.String)
+    for engine, regex in reversed(ENGINE_FROM_NAME):
+        by_name = pl.when(name.str.contains(regex)).then(pl.lit(engine)).otherwise(by_name)
+    entry_engine = pl.col("entry_idx").replace_strict(
+        {i: e.engine for i, e in enumerate(catalog.entries)}, default=None, return_dtype=pl.String
+    )
+    # A unit named neither prefill nor decode takes the engine its own lines imply.
+    implied = entry_engine.filter(entry_engine.is_in(["prefill", "decode"])).mode().first()
+    per_unit = implied.over("host", "unit")
+    return df.with_columns(
+        pl.coalesce(by_name, per_unit, entry_engine, pl.lit("other")).alias("engine"),
+    )
+
+
+def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
+    """cont_of = line_id of the head record for the continuation lines of a multi-line record."""
+    stream = pl.concat_str(
+        [pl.col("source_key"), pl.col("host"), pl.col("unit"), pl.col("pid").cast(pl.String)],
+        separator="|",
+        ignore_nulls=True,
+    )
+    df = df.with_columns(stream.alias("_stream"))
+    loose = ~pl.col("_has_prefix") & pl.col("entry_idx").is_null()
+    # A loose line after a prefixed line ending with ':' (e.g. "debug info:") continues it too.
+    opens = pl.when(~loose).then(pl.col("body").str.strip_chars_end().str.ends_with(":"))
+    in_block = loose & opens.forward_fill().over("_stream").fill_null(False)
+    cont = loose & (pl.col("body").str.contains(CONTINUATION) | in_block)
+    df = df.with_columns((~cont).alias("_head"))
+    seed = pl.col("_stream").replace_strict(carry.last_head, default=None, return_dtype=pl.Int64)
+    head_id = pl.coalesce(
+        pl.when(pl.col("_head")).then(pl.col("line_id")).forward_fill().over("_stream"), seed
+    )
+    df = df.with_columns(pl.when(pl.col("_head")).then(None).otherwise(head_id).alias("cont_of"))
+    heads = df.filter(pl.col("_head")).group_by("_stream").agg(pl.col("line_id").last())
+    carry.last_head.update(dict(heads.iter_rows()))
+    return df.drop("_stream", "_head")
+
+
+def _suppressed_unit(lines: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """journald's `Suppressed N messages from UNIT` belongs to the unit it names."""
+    named = events.filter(pl.col("extra").str.contains('"unit_named"')).select(
+        "_row",
+        pl.col("extra").str.json_path_match("$.unit_named").str.replace(r"^.*/", "").alias("_named"),
+    )
+    if named.height == 0:
+        return lines
+    return (
+        lines.join(named, on="_row", how="left")
+        .with_columns(pl.coalesce("_named", "unit").alias("unit"))
+        .drop("_named")
+    )
+
+
+# ------------------------------------------------------------------- public
+
+
+@dataclass
+class Parsed:
+    lines: pl.DataFrame  # schema.LINE_COLUMNS minus ingest_id
+    events: pl.DataFrame  # schema.EVENT_COLUMNS
+
+
+def parse_records(
+    records: pl.DataFrame, opts: ParseOptions, line_id_base: int = 0, carry: StreamCarry | None = None
+) -> Parsed:
+    """Parse one batch. `line_id_base` numbers the lines; `carry` links consecutive batches."""
+    carry = carry or StreamCarry()
+    cat = opts.catalog
+    df = records.select(list(RECORD_SCHEMA)).with_row_index("_row")
+    df = df.with_columns((pl.col("_row").cast(pl.Int64) + line_id_base).alias("line_id"))
+    df = _strip_prefixes(df)
+    df = _app_time(df, opts, carry)
+    df = _best_time(df, carry)
+    df = _match(df, cat)
+    df = _engine(df, cat)
+    df = _continuations(df, carry)
+    names = {i: e.name for i, e in enumerate(cat.entries)}
+    events_of = {i: e.event for i, e in enumerate(cat.entries)}
+    df = df.with_columns(
+        pl.col("entry_idx").replace_strict(events_of, default=None, return_dtype=pl.String).alias("event"),
+        pl.col("entry_idx").replace_strict(names, default=None, return_dtype=pl.String).alias("entry"),
+        pl.col("error_idx").replace_strict(names, default=None, return_dtype=pl.String).alias("parse_error"),
+    )
+    fields = _extract(df, cat)
+    df = _suppressed_unit(df, fields)
+    lines = df.select(
+        "line_id", "source", "source_key", "seq", "cursor", "host", "unit", "engine", "pid", "boot_id",
+        "invocation_id", "syslog_identifier", "priority", "ts_us", "app_ts_us", "ts_origin",
+        "app_ts_precision_us", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "message", "event", "entry",
+        "parse_error", "cont_of",
+    )  # fmt: skip
+    events = (
+        df.filter(pl.col("event").is_not_null())
+        .select("_row", *EVENT_BASE_COLUMNS)
+        .join(fields, on="_row", how="left")
+        .drop("_row")
+    )
+    return Parsed(lines=lines, events=events)
+
+
+def parse_messages(lines: list[str], catalog: Catalog | None = None, tz: str = "UTC") -> pl.DataFrame:
+    """Parse bare log lines (as in a plain file): one row per line, events' fields included."""
+    records = pl.DataFrame(
+        {
+            "source": "inline",
+            "source_key": "inline",
+            "seq": list(range(len(lines))),
+            "message": lines,
+            "host": "local",
+            "unit": "inline",
+        }
+    ).with_columns(
+        [
+            pl.lit(None, dtype).alias(n)
+            for n, dtype in RECORD_SCHEMA.items()
+            if n not in ("source", "source_key", "seq", "message", "host", "unit")
+        ]
+    )
+    records = records.select([pl.col(n).cast(t) for n, t in RECORD_SCHEMA.items()])
+    parsed = parse_records(records, ParseOptions(catalog=catalog or load_catalog(), tz=tz))
+    out = parsed.lines.select("line_id", "tp_rank", "dp_rank", "app_ts_us", "event", "entry", "parse_error")
+    ev = parsed.events.drop(EVENT_BASE_COLUMNS[1:], strict=False)
+    return out.join(ev, on="line_id", how="left").sort("line_id")
+
+
+def extra_json(value: str | None) -> dict:
+    return json.loads(value) if value else {}

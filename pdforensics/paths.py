@@ -1,0 +1,22 @@
+"""Where the shipped data lives: beside the package in a wheel, at the repo root in a checkout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PKG = Path(__file__).resolve().parent
+
+
+def _shipped(name: str) -> Path:
+    for candidate in (_PKG / name, _PKG.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"pdforensics data folder {name!r} is missing from this installation")
+
+
+def queries_dir() -> Path:
+    return _shipped("queries")
+
+
+def fixtures_dir() -> Path:
+    return _shipped("fixtures")

@@ -1,0 +1,284 @@
+"""The DuckDB file: schema, versioning, locking and batch loading.
+
+Every batch is one transaction, so a killed ingest leaves whole batches only;
+`(source_key, seq)` identifies a record, so re-reading input adds nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from pdforensics.errors import DatabaseError
+from pdforensics.schema import EVENT_BASE_COLUMNS, EVENT_FIELDS, LINE_COLUMNS, SCHEMA_VERSION
+
+DEFAULT_DB = "pdforensics.duckdb"
+
+_DUCK_TYPES = {
+    pl.String: "VARCHAR",
+    pl.Int8: "TINYINT",
+    pl.Int16: "SMALLINT",
+    pl.Int32: "INTEGER",
+    pl.Int64: "BIGINT",
+    pl.UInt64: "UBIGINT",
+    pl.Float64: "DOUBLE",
+    pl.Boolean: "BOOLEAN",
+}
+
+LINES_DDL = """
+CREATE TABLE IF NOT EXISTS lines (
+    line_id BIGINT NOT NULL,          -- unique across the database, in ingest order
+    ingest_id INTEGER NOT NULL,       -- the run that stored it (ingests.ingest_id)
+    source VARCHAR,                   -- where it came from: journal, file:/path, ...
+    source_key VARCHAR NOT NULL,      -- dedup namespace: journal seqnum id or file identity
+    seq BIGINT NOT NULL,              -- position in source_key: journal seqnum or byte offset
+    cursor VARCHAR,                   -- journal cursor (NULL for files)
+    host VARCHAR,
+    unit VARCHAR,
+    engine VARCHAR,                   -- prefill | decode | router | other
+    pid BIGINT,
+    boot_id VARCHAR,
+    invocation_id VARCHAR,            -- systemd invocation id: one per service start
+    syslog_identifier VARCHAR,
+    priority TINYINT,
+    ts_us BIGINT,                     -- best UTC time (us): journal receive time, else the line's prefix
+    app_ts_us BIGINT,                 -- the line's own prefix converted to UTC (us)
+    ts_origin VARCHAR,                -- journal | app | inherited | none
+    app_ts_precision_us INTEGER,      -- 1000000 for the 1-second SGLang prefix, 1000 with SGLANG_LOG_MS
+    dp_rank SMALLINT,
+    tp_rank SMALLINT,
+    pp_rank SMALLINT,
+    ep_rank SMALLINT,
+    message VARCHAR,                  -- the text as logged (ANSI codes kept)
+    event VARCHAR,                    -- catalog event name; NULL when no entry matched
+    entry VARCHAR,                    -- catalog entry name
+    parse_error VARCHAR,              -- entry whose anchor matched but whose pattern did not
+    cont_of BIGINT                    -- continuation line: line_id of its record's first line
+)"""
+
+META_DDL = [
+    "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)",
+    """CREATE TABLE IF NOT EXISTS rejects (
+        ingest_id INTEGER, source VARCHAR, position VARCHAR, reason VARCHAR, sample VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS ingests (
+        ingest_id INTEGER PRIMARY KEY, started_at TIMESTAMPTZ, finished_at TIMESTAMPTZ,
+        sources VARCHAR, readers VARCHAR, units VARCHAR, since_us BIGINT, until_us BIGINT,
+        records BIGINT DEFAULT 0, stored BIGINT DEFAULT 0, duplicates BIGINT DEFAULT 0,
+        skipped BIGINT DEFAULT 0, rejected BIGINT DEFAULT 0, unrecognised BIGINT DEFAULT 0,
+        parse_errors BIGINT DEFAULT 0, status VARCHAR)""",
+]
+
+
+def _events_ddl() -> str:
+    base_types = {
+        "line_id": "BIGINT NOT NULL", "ts_us": "BIGINT", "app_ts_us": "BIGINT", "host": "VARCHAR",
+        "unit": "VARCHAR", "engine": "VARCHAR", "pid": "BIGINT", "invocation_id": "VARCHAR",
+        "boot_id": "VARCHAR", "dp_rank": "SMALLINT", "tp_rank": "SMALLINT", "event": "VARCHAR NOT NULL",
+        "entry": "VARCHAR",
+    }  # fmt: skip
+    cols = [f"{c} {base_types[c]}" for c in EVENT_BASE_COLUMNS]
+    cols += [f"{name} {_DUCK_TYPES[type(dtype)]}" for name, dtype in EVENT_FIELDS.items()]
+    cols.append("extra JSON")
+    return "CREATE TABLE IF NOT EXISTS events (\n    " + ",\n    ".join(cols) + "\n)"
+
+
+# ------------------------------------------------------------------ opening
+
+
+def _friendly(exc: duckdb.Error, path: Path) -> DatabaseError:
+    text = str(exc)
+    if "lock" in text.lower():
+        pid = re.search(r"PID (\d+)", text)
+        who = f" (PID {pid.group(1)})" if pid else ""
+        return DatabaseError(
+            f"database {path} is in use by another process{who}; wait for it to finish or use another --db"
+        )
+    if "not a valid DuckDB database" in text or "Corrupt" in text or "corrupt" in text:
+        return DatabaseError(f"{path} is not a readable pdforensics database (corrupt or not DuckDB)")
+    if "Permission denied" in text or "Read-only file system" in text or "read-only" in text:
+        return DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)")
+    return DatabaseError(f"cannot open database {path}: {text.splitlines()[0]}")
+
+
+def open_db(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (and for writers, create and migrate) the database; errors become one-line messages."""
+    path = Path(path)
+    if read_only and not path.exists():
+        raise DatabaseError(f"no database at {path}; run `pdforensics ingest` first (or pass --db)")
+    if not read_only:
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.exists():
+            raise DatabaseError(f"cannot create {path}: folder {parent} does not exist")
+        if (path.exists() and not os.access(path, os.W_OK)) or (
+            not path.exists() and not os.access(parent, os.W_OK)
+        ):
+            raise DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)")
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as exc:
+        raise _friendly(exc, path) from None
+    try:
+        if read_only:
+            check_version(con, path)
+        else:
+            create_schema(con, path)
+    except duckdb.Error as exc:
+        con.close()
+        raise _friendly(exc, path) from None
+    except DatabaseError:
+        con.close()
+        raise
+    return con
+
+
+def stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
+    has_meta = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta' AND table_schema = 'main'"
+    ).fetchone()
+    if not has_meta or not has_meta[0]:
+        return None
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else None
+
+
+def check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    version = stored_version(con)
+    if version is None:
+        tables = con.execute("SELECT count(*) FROM information_schema.tables").fetchone()
+        if tables and tables[0]:
+            raise DatabaseError(f"{path} is a DuckDB file but not a pdforensics database")
+        raise DatabaseError(f"{path} holds no pdforensics data yet; run `pdforensics ingest` first")
+    if version > SCHEMA_VERSION:
+        raise DatabaseError(
+            f"{path} was written by a newer pdforensics (schema {version}, this is {SCHEMA_VERSION}); upgrade"
+        )
+    if version < SCHEMA_VERSION:
+        raise DatabaseError(
+            f"{path} has schema {version}; run `pdforensics ingest --db {path}` once to migrate it"
+        )
+
+
+# Migrations from an older schema version to the next: {from_version: [sql, ...]}.
+MIGRATIONS: dict[int, list[str]] = {}
+
+
+def create_schema(con: duckdb.DuckDBPyConnection, path: Path | str = "") -> None:
+    version = stored_version(con)
+    if version is None:
+        tables = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'"
+        ).fetchone()
+        if tables and tables[0]:
+            raise DatabaseError(f"{path} is a DuckDB file but not a pdforensics database; use another --db")
+    elif version > SCHEMA_VERSION:
+        raise DatabaseError(
+            f"{path} was written by a newer pdforensics (schema {version}, this is {SCHEMA_VERSION}); upgrade"
+        )
+    con.execute("BEGIN")
+    for ddl in [*META_DDL, LINES_DDL, _events_ddl()]:
+        con.execute(ddl)
+    while version is not None and version < SCHEMA_VERSION:
+        for sql in MIGRATIONS[version]:
+            con.execute(sql)
+        version += 1
+    con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+    con.execute("COMMIT")
+
+
+# ------------------------------------------------------------------ loading
+
+
+def next_line_id(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT coalesce(max(line_id), 0) + 1 FROM lines").fetchone()
+    return int(row[0]) if row else 1
+
+
+def begin_ingest(con: duckdb.DuckDBPyConnection, sources: str, readers: str, units: str,
+                 since_us: int | None, until_us: int | None) -> int:  # fmt: skip
+    row = con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM ingests").fetchone()
+    ingest_id = int(row[0]) if row else 1
+    con.execute(
+        "INSERT INTO ingests (ingest_id, started_at, sources, readers, units, since_us, until_us, status) "
+        "VALUES (?, now(), ?, ?, ?, ?, ?, 'running')",
+        [ingest_id, sources, readers, units, since_us, until_us],
+    )
+    return ingest_id
+
+
+def finish_ingest(con: duckdb.DuckDBPyConnection, ingest_id: int, status: str, readers: str) -> None:
+    con.execute(
+        "UPDATE ingests SET finished_at = now(), status = ?, readers = ? WHERE ingest_id = ?",
+        [status, readers, ingest_id],
+    )
+
+
+def drop_known(con: duckdb.DuckDBPyConnection, records: pl.DataFrame) -> pl.DataFrame:
+    """Records not stored yet. Looks up only each source's seq range, so zone maps keep it cheap."""
+    if records.height == 0:
+        return records
+    ranges = records.group_by("source_key").agg(
+        pl.col("seq").min().alias("lo"), pl.col("seq").max().alias("hi")
+    )
+    known = []
+    for key, lo, hi in ranges.iter_rows():
+        got = query_pl(
+            con,
+            "SELECT source_key, seq FROM lines WHERE source_key = ? AND seq BETWEEN ? AND ?",
+            [key, lo, hi],
+        )
+        if got.height:
+            known.append(got)
+    if not known:
+        return records
+    return records.join(pl.concat(known), on=["source_key", "seq"], how="anti", maintain_order="left")
+
+
+def query_pl(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:
+    """A query's result as a polars frame (duckdb 2.x: connection results have no `.pl()`)."""
+    return con.sql(sql, params=params or None).pl()
+
+
+@contextmanager
+def transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    con.execute("BEGIN")
+    try:
+        yield
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+
+
+def store_batch(
+    con: duckdb.DuckDBPyConnection,
+    ingest_id: int,
+    lines: pl.DataFrame,
+    events: pl.DataFrame,
+    rejects: pl.DataFrame,
+    counts: dict[str, int],
+) -> None:
+    """One transaction: the batch's lines, events and rejects, and the run's counters."""
+    lines = lines.with_columns(pl.lit(ingest_id, pl.Int32).alias("ingest_id")).select(LINE_COLUMNS)
+    rejects = rejects.with_columns(pl.lit(ingest_id, pl.Int32).alias("ingest_id")).select(
+        "ingest_id", "source", "position", "reason", "sample"
+    )
+    with transaction(con):
+        con.register("_batch_lines", lines.to_arrow())
+        con.register("_batch_events", events.to_arrow())
+        con.register("_batch_rejects", rejects.to_arrow())
+        try:
+            con.execute(f"INSERT INTO lines ({', '.join(LINE_COLUMNS)}) SELECT * FROM _batch_lines")
+            cols = ", ".join(events.columns)
+            con.execute(f"INSERT INTO events ({cols}) SELECT * FROM _batch_events")
+            con.execute("INSERT INTO rejects SELECT * FROM _batch_rejects")
+            sets = ", ".join(f"{k} = {k} + ?" for k in counts)
+            con.execute(f"UPDATE ingests SET {sets} WHERE ingest_id = ?", [*counts.values(), ingest_id])
+        finally:
+            for name in ("_batch_lines", "_batch_events", "_batch_rejects"):
+                con.unregister(name)
