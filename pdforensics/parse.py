@@ -275,53 +275,102 @@ def _best_time(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
 # ----------------------------------------------------------------- match pass
 
 
-def _anchor(entry: Entry) -> str:
-    return entry.starts_with or entry.contains or ""
+MATCHED = "__matched"  # an always-empty group: non-null exactly when the entry's pattern matched
 
 
-def _match(df: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    """Adds `entry_idx` (matched entry) and `error_idx` (anchor hit, pattern failed)."""
-    entries = catalog.entries
-    anchors = sorted({_anchor(e) for e in entries})
-    cand = (
-        df.select(
-            pl.col("_row"),
-            pl.col("body").str.extract_many(anchors, overlapping=True).alias("anchor"),
+@dataclass(frozen=True)
+class _Compiled:
+    """The catalog prepared for matching: anchors and patterns with the match sentinel."""
+
+    entries: tuple[Entry, ...]
+    starts: tuple[str, ...]  # distinct starts_with anchors
+    contains: tuple[str, ...]  # distinct contains anchors
+    head_len: int  # only this many leading characters can hold a starts_with anchor
+    anchor_table: pl.DataFrame  # anchor -> entry_idx
+
+    @classmethod
+    def of(cls, catalog: Catalog) -> _Compiled:
+        entries = catalog.entries
+        rows = [(e.starts_with or e.contains or "", i) for i, e in enumerate(entries)]
+        starts = tuple(sorted({e.starts_with for e in entries if e.starts_with}))
+        return cls(
+            entries=entries,
+            starts=starts,
+            contains=tuple(sorted({e.contains for e in entries if e.contains and not e.starts_with})),
+            head_len=max((len(a) for a in starts), default=0),
+            anchor_table=pl.DataFrame(rows, schema={"anchor": pl.String, "entry_idx": pl.Int32}, orient="row"),
         )
+
+
+_COMPILED: dict[int, _Compiled] = {}
+
+
+def _compiled(catalog: Catalog) -> _Compiled:
+    key = id(catalog)
+    if key not in _COMPILED:
+        _COMPILED[key] = _Compiled.of(catalog)
+    return _COMPILED[key]
+
+
+def _candidates(body: pl.DataFrame, column: str, anchors: tuple[str, ...], comp: _Compiled) -> pl.DataFrame:
+    """(row, entry_idx, body) for every entry whose literal anchor occurs in `column` (Aho-Corasick)."""
+    if not anchors or body.height == 0:
+        return pl.DataFrame(schema={"_row": pl.UInt32, "entry_idx": pl.Int32, "body": pl.String})
+    found = (
+        body.select("_row", pl.col(column).str.extract_many(list(anchors), overlapping=True).alias("anchor"))
         .explode("anchor")
         .drop_nulls("anchor")
         .unique()
     )
-    by_anchor: dict[str, list[int]] = {}
-    for i, e in enumerate(entries):
-        by_anchor.setdefault(_anchor(e), []).append(i)
-    table = pl.DataFrame(
-        [(a, i) for a, idxs in by_anchor.items() for i in idxs],
-        schema={"anchor": pl.String, "entry_idx": pl.Int32},
-        orient="row",
-    )
-    cand = cand.join(table, on="anchor").join(df.select("_row", "body"), on="_row")
-    if cand.height == 0:
-        return df.with_columns(
-            pl.lit(None, pl.Int32).alias("entry_idx"), pl.lit(None, pl.Int32).alias("error_idx")
-        )
-    # Check each (row, entry) candidate pair; a row takes the first entry (in catalog order) that matches.
-    checks = []
+    return found.join(comp.anchor_table, on="anchor").join(body.select("_row", "body"), on="_row").drop("anchor")
+
+
+def _try_entries(cand: pl.DataFrame, comp: _Compiled) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Run each candidate entry's pattern once: returns (matches with typed fields, failed pairs)."""
+    matched, failed = [], []
     for idx, part in cand.partition_by("entry_idx", as_dict=True).items():
-        e = entries[idx[0]]
-        ok = part["body"].str.contains(e.pattern)
-        if e.starts_with:
-            ok = ok & part["body"].str.starts_with(e.starts_with)
-        checks.append(part.select("_row", "entry_idx").with_columns(ok.alias("ok")))
-    checked = pl.concat(checks)
-    matched = checked.filter("ok").group_by("_row").agg(pl.col("entry_idx").min())
-    failed = (
-        checked.filter(~pl.col("ok"))
+        entry = comp.entries[idx[0]]
+        if entry.starts_with:  # the anchor was found somewhere near the start; it must BE the start
+            part = part.filter(pl.col("body").str.starts_with(entry.starts_with))
+        if part.height == 0:
+            continue
+        fields = _extract_entry(part, entry)
+        hit = fields[MATCHED].is_not_null()
+        matched.append(fields.filter(hit).drop(MATCHED).with_columns(pl.lit(idx[0], pl.Int32).alias("entry_idx")))
+        failed.append(part.filter(~hit).select("_row", "entry_idx"))
+    return _stack(matched, _fields_schema()), _stack(failed, {"_row": pl.UInt32, "entry_idx": pl.Int32})
+
+
+def _stack(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
+    base = pl.DataFrame(schema=schema)
+    return pl.concat([base, *frames], how="diagonal_relaxed").select(list(schema)) if frames else base
+
+
+def _fields_schema() -> dict:
+    return {"_row": pl.UInt32, "entry_idx": pl.Int32, **EVENT_FIELDS, "extra": pl.String}
+
+
+def _match_and_extract(df: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Adds `entry_idx` (first matching entry) and `error_idx` (anchor hit, no pattern matched).
+
+    Entries anchored at the start of the body are tried first (their anchors are searched in the
+    first few characters only); `contains` entries only for lines none of those matched.
+    Returns the frame and the typed fields of the winning entry per row.
+    """
+    comp = _compiled(catalog)
+    body = df.select("_row", "body", pl.col("body").str.slice(0, comp.head_len).alias("_head"))
+    hits, misses = _try_entries(_candidates(body, "_head", comp.starts, comp), comp)
+    rest = body.join(hits.select("_row"), on="_row", how="anti")
+    more_hits, more_misses = _try_entries(_candidates(rest, "body", comp.contains, comp), comp)
+    hits = pl.concat([hits, more_hits]).sort("_row", "entry_idx").unique("_row", keep="first")
+    errors = (
+        pl.concat([misses, more_misses])
+        .join(hits.select("_row"), on="_row", how="anti")
         .group_by("_row")
         .agg(pl.col("entry_idx").min().alias("error_idx"))
-        .join(matched, on="_row", how="anti")
     )
-    return df.join(matched, on="_row", how="left").join(failed, on="_row", how="left")
+    df = df.join(hits.select("_row", "entry_idx"), on="_row", how="left").join(errors, on="_row", how="left")
+    return df, hits.drop("entry_idx")
 
 
 # --------------------------------------------------------------- extract pass
@@ -347,35 +396,23 @@ def _cast_field(name: str, col: pl.Expr) -> pl.Expr:
 
 
 def _extract_entry(part: pl.DataFrame, entry: Entry) -> pl.DataFrame:
-    groups = part["body"].str.extract_groups(entry.pattern)
-    cols: dict[str, pl.Series] = {}
-    if isinstance(groups.dtype, pl.Struct):
-        for f in groups.dtype.fields:
-            if f.name.isidentifier() and not f.name.isdigit():
-                cols[f.name] = groups.struct.field(f.name)
+    """The entry's named groups (+ sentinel) and its `fields`, typed; other names into `extra`."""
+    groups = part["body"].str.extract_groups(f"(?P<{MATCHED}>)(?:{entry.pattern})")
+    cols: dict[str, pl.Series] = {
+        f.name: groups.struct.field(f.name) for f in groups.dtype.fields if not f.name.isdigit()
+    }
     for name, regex in entry.fields.items():
         if name not in cols or cols[name].null_count() == len(cols[name]):
             cols[name] = part["body"].str.extract(regex, 1)
     frame = pl.DataFrame({"_row": part["_row"], **{k: v.alias(k) for k, v in cols.items()}})
     typed = [_cast_field(n, pl.col(n)) for n in cols if n in EVENT_FIELDS]
-    extra_names = [n for n in cols if n not in EVENT_FIELDS]
+    extra_names = [n for n in cols if n not in EVENT_FIELDS and n != MATCHED]
     extra = (
         pl.struct(extra_names).struct.json_encode().alias("extra")
         if extra_names
         else pl.lit(None, pl.String).alias("extra")
     )
-    return frame.select("_row", *typed, extra)
-
-
-def _extract(df: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
-    hits = df.filter(pl.col("entry_idx").is_not_null()).select("_row", "entry_idx", "body")
-    parts = [
-        _extract_entry(part, catalog.entries[idx[0]])
-        for idx, part in hits.partition_by("entry_idx", as_dict=True).items()
-    ]
-    base = pl.DataFrame(schema={"_row": pl.UInt32, **EVENT_FIELDS, "extra": pl.String})
-    fields = pl.concat([base, *parts], how="diagonal_relaxed") if parts else base
-    return fields.select(base.columns).cast({"_row": pl.UInt32, **EVENT_FIELDS})
+    return frame.select("_row", MATCHED, *typed, extra)
 
 
 # ----------------------------------------------------------- line structure
@@ -456,7 +493,7 @@ def parse_records(
     df = _strip_prefixes(df)
     df = _app_time(df, opts, carry)
     df = _best_time(df, carry)
-    df = _match(df, cat)
+    df, fields = _match_and_extract(df, cat)
     df = _engine(df, cat)
     df = _continuations(df, carry)
     names = {i: e.name for i, e in enumerate(cat.entries)}
@@ -466,7 +503,6 @@ def parse_records(
         pl.col("entry_idx").replace_strict(names, default=None, return_dtype=pl.String).alias("entry"),
         pl.col("error_idx").replace_strict(names, default=None, return_dtype=pl.String).alias("parse_error"),
     )
-    fields = _extract(df, cat)
     df = _suppressed_unit(df, fields)
     lines = df.select(
         "line_id", "source", "source_key", "seq", "cursor", "host", "unit", "engine", "pid", "boot_id",

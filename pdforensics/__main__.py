@@ -1,0 +1,3 @@
+from pdforensics.cli import main
+
+main()
