@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 import duckdb
+import polars as pl
 
 from pdforensics import store
 from pdforensics.catalog import Catalog
-from pdforensics.parse import ParseOptions, StreamCarry, parse_records
-from pdforensics.sources import RecordBatch, Selection, Source
-
-T = TypeVar("T")
+from pdforensics.parse import Parsed, ParseOptions, StreamCarry, parse_records
+from pdforensics.sources import RecordBatch, Selection, Source, Window
 
 
 @dataclass
@@ -40,6 +36,7 @@ class IngestSummary:
     stored: int = 0  # new lines written
     duplicates: int = 0  # already in the database (re-ingest)
     skipped: int = 0  # outside the unit/time selection
+    null_messages: int = 0  # MESSAGE was null in `journalctl -o json` input (export it with --all)
     rejected: int = 0  # not readable as a record
     unrecognised: int = 0  # stored, but no catalog entry matched
     parse_errors: int = 0  # a catalog anchor matched but its pattern did not
@@ -50,33 +47,6 @@ class IngestSummary:
     @property
     def lines_per_s(self) -> float:
         return self.records / self.elapsed_s if self.elapsed_s else 0.0
-
-
-def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
-    """Produce `items` on a background thread so reading overlaps parsing (polars drops the GIL)."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
-    stop = threading.Event()
-
-    def work() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                q.put(item)
-        except BaseException as exc:  # handed to the consumer, raised there
-            q.put(exc)
-        q.put(done)
-
-    thread = threading.Thread(target=work, daemon=True, name="pdforensics-reader")
-    thread.start()
-    try:
-        while (item := q.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
 
 
 def _batches(sources: list[Source], selection: Selection, batch_size: int) -> Iterator[RecordBatch]:
@@ -110,8 +80,9 @@ def ingest(
         next_id = store.next_line_id(con)
         status = "interrupted"
         try:
-            for batch in prefetch(_batches(sources, selection, batch_size)):
-                next_id = _store_one(con, ingest_id, batch, opts, carry, next_id, summary)
+            # Sources read ahead on their own thread; parsing here overlaps with it.
+            for batch in _batches(sources, selection, batch_size):
+                next_id = _store_one(con, ingest_id, batch, selection.window, opts, carry, next_id, summary)
                 if progress:
                     progress(batch.records.height + batch.skipped + batch.rejects.height)
             status = "complete"
@@ -131,6 +102,7 @@ def _store_one(
     con: duckdb.DuckDBPyConnection,
     ingest_id: int,
     batch: RecordBatch,
+    window: Window,
     opts: ParseOptions,
     carry: StreamCarry,
     next_id: int,
@@ -138,11 +110,12 @@ def _store_one(
 ) -> int:
     fresh = store.drop_known(con, batch.records)
     parsed = parse_records(fresh, opts, line_id_base=next_id, carry=carry)
+    parsed, outside = _inside_window(parsed, window)
     counts = {
         "records": batch.records.height,
-        "stored": fresh.height,
+        "stored": parsed.lines.height,
         "duplicates": batch.records.height - fresh.height,
-        "skipped": batch.skipped,
+        "skipped": batch.skipped + outside,
         "rejected": batch.rejects.height,
         "unrecognised": parsed.lines["event"].null_count(),
         "parse_errors": parsed.lines.height - parsed.lines["parse_error"].null_count(),
@@ -150,7 +123,26 @@ def _store_one(
     store.store_batch(con, ingest_id, parsed.lines, parsed.events, batch.rejects, counts)
     for key, value in counts.items():
         setattr(summary, key, getattr(summary, key) + value)
+    summary.null_messages += batch.null_messages
     return next_id + fresh.height
+
+
+def _inside_window(parsed: Parsed, window: Window) -> tuple[Parsed, int]:
+    """Plain files carry their time in the text, so their window applies only after parsing.
+
+    Lines with no time at all are kept: leaving them out would lose them silently."""
+    ts = pl.col("ts_us")
+    keep = pl.lit(True)
+    if window.since_us is not None:
+        keep = keep & (ts.is_null() | (ts >= window.since_us))
+    if window.until_us is not None:
+        keep = keep & (ts.is_null() | (ts < window.until_us))
+    lines = parsed.lines.filter(keep)
+    outside = parsed.lines.height - lines.height
+    if outside == 0:
+        return parsed, 0
+    events = parsed.events.join(lines.select("line_id"), on="line_id", how="semi")
+    return Parsed(lines=lines, events=events), outside
 
 
 def _install_views(con: duckdb.DuckDBPyConnection) -> None:

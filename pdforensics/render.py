@@ -41,6 +41,11 @@ def print_ingest_summary(s: IngestSummary) -> None:
         f"outside selection {s.skipped:,}, rejected {s.rejected:,}, unrecognised {s.unrecognised:,}, "
         f"parse errors {s.parse_errors:,}"
     )
+    if s.null_messages:
+        con.print(
+            f"  {s.null_messages:,} records had a null MESSAGE (journalctl -o json drops fields over 4 KiB "
+            "unless --all): re-export with `journalctl --all -o json`"
+        )
     for reason, n in s.rejects_by_reason.items():
         con.print(f"  rejected {n:,}: {reason}")
 

@@ -241,6 +241,7 @@ def drop_known(con: duckdb.DuckDBPyConnection, records: pl.DataFrame) -> pl.Data
 
 def query_pl(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:
     """A query's result as a polars frame (duckdb 2.x: connection results have no `.pl()`)."""
+    con.complete()  # duckdb 2.x: finish a half-read execute() result before the relation API runs
     return con.sql(sql, params=params or None).pl()
 
 

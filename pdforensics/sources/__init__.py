@@ -2,7 +2,12 @@
 
 Each source turns its input into batches of records (``schema.RECORD_SCHEMA``)
 plus rejects (``schema.REJECT_SCHEMA``). Filtering by unit and time window
-happens here, so later stages only see what the user asked for.
+happens here, so later stages only see what the user asked for; the exception
+is a plain text log, taken whole (its times are known only after parse).
+
+Readers: ``journal.JournalSource`` (python-systemd, journalctl fallback),
+``export.ExportFileSource``, ``jsonlines.JsonLinesSource``, ``plain.PlainFileSource``;
+``detect.open_file_source`` picks one for a file.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ class RecordBatch:
     rejects: pl.DataFrame = field(default_factory=empty_rejects)
     # Records read but left out by the unit/time selection (counted, not stored).
     skipped: int = 0
+    # Records kept with message "" because MESSAGE was null in the input (`journalctl -o json`
+    # without --all prints null for fields over 4096 bytes): worth a warning to re-export with --all.
+    null_messages: int = 0
 
 
 class Source(Protocol):
