@@ -1,0 +1,118 @@
+"""simulate() / simulate_plain(): run a scenario and write its files."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import polars as pl
+
+from pdforensics.errors import UsageError
+from pdforensics.simulate import build as B
+from pdforensics.simulate import render, sim
+from pdforensics.simulate.expected import build_expected
+from pdforensics.simulate.model import World
+from pdforensics.simulate.scenarios import SCENARIOS, Built, Scenario
+from pdforensics.simulate.writer import JournalSink, PlainSink
+
+LINES_PER_CHUNK = 150_000
+
+
+def run_world(name: str, now_us: int | None, seed: int, scale: float) -> tuple[World, Scenario, Built]:
+    sc = SCENARIOS.get(name)
+    if sc is None:
+        raise UsageError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    if scale <= 0:
+        raise UsageError("scale must be positive")
+    now = time.time_ns() // 1000 if now_us is None else now_us
+    w = World(name, seed, now, sc.duration_s, scale)
+    built = sc.build(w)
+    w.bootstrap_ip = built.pre.host.ip  # the router injects the prefill's bootstrap address
+    sim.run(w, built.pre, built.dec, built.pprocs, built.dprocs, sc.duration_s)
+    B.drain_lines(w, built.dprocs)
+    if built.after is not None:
+        built.after(w)
+    return w, sc, built
+
+
+def _render(w: World, sc: Scenario, built: Built, sinks: list) -> None:
+    """Render the world in true-time chunks; journal sinks get ``ts`` order, plain sinks ``t_us`` order."""
+    end = sc.duration_s
+    events = render.event_frame(w, end)
+    streams = render.stream_frame(w)
+    table = render.request_table(w, built.pre, built.dec, built.pprocs, built.dprocs)
+    estimate = 6 * table.height + events.height
+    n_chunks = max(1, -(-estimate // LINES_PER_CHUNK))
+    bounds = [end * k / n_chunks for k in range(n_chunks + 1)]
+    bounds[-1] = end + 1e-6
+    offs = streams.select((pl.col("skew_us") + pl.col("delay_us")).min()).item() if streams.height else 0
+    carry: pl.DataFrame | None = None
+    for lo, hi in itertools.pairwise(bounds):
+        frames = list(render.request_frames(w, built.pre, built.dec, table, lo, hi))
+        lo_us, hi_us = w.t0_us + round(lo * 1e6), w.t0_us + round(hi * 1e6)
+        frames.append(events.filter((pl.col("t_us") >= lo_us) & (pl.col("t_us") < hi_us)))
+        chunk = render.finish_lines(pl.concat(frames), streams)
+        for sink in sinks:
+            if isinstance(sink, PlainSink):
+                sink.write(chunk)
+        ordered = chunk if carry is None else pl.concat([carry, chunk])
+        ordered = ordered.sort("ts", maintain_order=True)
+        last = hi >= end
+        horizon = hi_us + offs  # nothing from a later chunk can sort before this
+        ready = ordered if last else ordered.filter(pl.col("ts") < horizon)
+        carry = None if last else ordered.filter(pl.col("ts") >= horizon)
+        for sink in sinks:
+            if isinstance(sink, JournalSink):
+                sink.write(ready)
+
+
+def simulate(
+    name: str,
+    out: Path,
+    now_us: int | None = None,
+    seed: int = 0,
+    scale: float = 1.0,
+    *,
+    formats: tuple[str, ...] = ("export", "json"),
+) -> Path:
+    """Write ``out/journal.export``, ``out/journal.json`` and ``out/expected.json``; return ``out``.
+
+    ``formats`` may drop one of the two journal files (benchmarks that need only one).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not formats or set(formats) - {"export", "json"}:
+        raise UsageError("formats must be a non-empty subset of ('export', 'json')")
+    w, sc, built = run_world(name, now_us, seed, scale)
+    sink = JournalSink(w, out, _hosts(w), formats=tuple(formats))
+    try:
+        _render(w, sc, built, [sink])
+    finally:
+        sink.close()
+    text = build_expected(w, sc, built.pre, built.dec, (sink.since_us or 0, sink.until_us or 0))
+    (out / "expected.json").write_text(text)
+    return out
+
+
+def simulate_plain(
+    name: str, out: Path, now_us: int | None = None, seed: int = 0, scale: float = 1.0
+) -> Path:
+    """Write ``out/plain/<host>-<unit>.log``: the SGLang processes' own output, journald or not."""
+    out = Path(out)
+    w, sc, built = run_world(name, now_us, seed, scale)
+    for old in (out / "plain").glob("*.log"):  # a regeneration must not keep files of another run
+        old.unlink()
+    sink = PlainSink(w, out / "plain")
+    try:
+        _render(w, sc, built, [sink])
+    finally:
+        sink.close()
+    return out / "plain"
+
+
+def _hosts(w: World) -> list:
+    seen = {}
+    for s in w.streams:
+        seen.setdefault(s.host.name, s.host)
+    return [seen[k] for k in sorted(seen)]

@@ -1,0 +1,509 @@
+"""The incident scenarios. Times are true seconds from the window start; the window is
+``[0, duration_s]`` and ends at ``now``. Each builder returns the deployment it simulated."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pdforensics.simulate import build as B
+from pdforensics.simulate.model import (
+    V0_5_3,
+    V0_5_10,
+    V0_5_12,
+    V0_5_14,
+    V0_5_18,
+    V0_5_23,
+    EngineCfg,
+    Event,
+    Hole,
+    Host,
+    Proc,
+    Req,
+    World,
+)
+
+
+@dataclass
+class Built:
+    pre: EngineCfg
+    dec: EngineCfg
+    pprocs: list[Proc]
+    dprocs: list[Proc]
+    after: Callable[[World], None] | None = None  # post-simulation lines (they need outcomes)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    build: Callable[[World], Built]
+    verdict: str
+    evidence_level: str
+    watchdog_timeout_s: int
+    watchdog_deployed: bool | None
+    duration_s: float = 330.0
+    reasons_contain: tuple[str, ...] = ()
+    verdict_options: dict = field(default_factory=dict)
+    notes: str = ""  # what makes the scenario's evidence what it is (README / report)
+
+
+def dsv4(role: str, host: Host, version: tuple[int, int, int], tp: int, **kw) -> EngineCfg:
+    decode = role == "decode"
+    args = dict(
+        role=role,
+        host=host,
+        unit=f"sglang-dsv4-{role}.service",
+        description=f"SGLang DeepSeek-V4-Flash {role}",
+        version=version,
+        model="deepseek-ai/DeepSeek-V4-Flash",
+        arch="DeepseekV4ForCausalLM",
+        tp=tp,
+        swa=True,
+        spec=decode,
+        accept_len=2.6 if decode else 1.0,
+        tpot_s=0.034,
+        http_port=30001 if decode else 30000,
+        log_requests=True,
+    )
+    args.update(kw)
+    return EngineCfg(**args)
+
+
+def _pinned(w: World, t: float, eng: EngineCfg, out_len: int = 300, in_len: int = 6000) -> Req:
+    r = B.new_req(w, t, in_len, out_len, eng)
+    w.reqs.append(r)
+    return r
+
+
+# ---- 1 ----------------------------------------------------------------------------------------
+
+
+def build_healthy(w: World) -> Built:
+    host = w.host("dsv4-node-01", tz_min=480)
+    pre = dsv4("prefill", host, V0_5_18, 4, watchdog_s=60, access_log_health=False)
+    dec = dsv4("decode", host, V0_5_18, 4, access_log_health=False, health_generate=False)
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    B.health_checks(w, dec, d.t_ready, end)
+    B.traffic(w, pre, dec, d.t_ready + 2, end, rate=1 / 16)
+    return Built(pre, dec, [p], [d])
+
+
+# ---- 2 / 3: the operator's incident -----------------------------------------------------------
+
+
+def _decode_restart(w: World, pre: EngineCfg, dec: EngineCfg, p: Proc, d: Proc, s: float, end: float) -> Proc:
+    """Decode-only restart while KV transfers are in flight (design.md's worked example)."""
+    d2 = B.restart(w, d, s, kill_after=20.0, ready_after=36.0)
+    # two long generations still decoding when systemd kills the unit: lost with it
+    for k, t in enumerate((s - 8.0, s - 5.5)):
+        _pinned(w, t, pre, out_len=2600 + 300 * k)
+    # three requests the router still sends while decode drains: their KV never lands
+    for t in (s + 12.2, s + 14.9, s + 16.8):
+        _pinned(w, t, pre)
+    B.health_checks(w, pre, -60.0, end)
+    B.health_checks(w, dec, -60.0, d.t_end)
+    B.health_checks(w, dec, d2.t_ready, end)
+    B.traffic(w, pre, dec, -60.0 if p.t_ready < 0 else p.t_ready + 3, s - 3.0, rate=1 / 14)
+    B.traffic(w, pre, dec, d2.t_ready + 2.0, end, rate=1 / 14)
+    return d2
+
+
+def build_decode_restart_old_build(w: World) -> Built:
+    host = w.host("dsv4-node-01", tz_min=0)
+    pre = dsv4("prefill", host, V0_5_14, 4)
+    dec = dsv4("decode", host, V0_5_14, 4)
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    d2 = _decode_restart(w, pre, dec, p, d, s=150.0, end=330.0)
+    return Built(pre, dec, [p], [d, d2])
+
+
+def build_decode_restart_watchdog_fires(w: World) -> Built:
+    hp = w.host("dsv4-p01", tz_min=480, ip="10.0.2.11")
+    hd = w.host("dsv4-d01", tz_min=480, skew_s=0.04, ip="10.0.2.21")
+    pre = dsv4("prefill", hp, V0_5_18, 4, watchdog_s=60, access_log_health=False)
+    dec = dsv4("decode", hd, V0_5_18, 4, http_port=30000, access_log_health=False, health_generate=False)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    d2 = _decode_restart(w, pre, dec, p, d, s=95.0, end=330.0)
+    return Built(pre, dec, [p], [d, d2])
+
+
+# ---- 4 -------------------------------------------------------------------------------------------
+
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/disaggregation/nixl/conn.py", line 1153, in transfer_worker',
+    "    state_xfer_handles = self.maybe_send_extra(",
+    '  File "/sgl-workspace/sglang/python/sglang/srt/disaggregation/nixl/conn.py", line 2062, in maybe_send_extra',
+    "    raise RuntimeError(",
+    "RuntimeError: NIXL transfer of extra state failed: NIXL_ERR_REMOTE_DISCONNECT",
+]
+
+
+def build_watchdog_armed_never_fires(w: World) -> Built:
+    host = w.host("b200-07", tz_min=-300, ip="10.0.3.7")
+    pre = dsv4(
+        "prefill", host, V0_5_18, 8, ep=True, watchdog_s=60, watchdog_broken=True, access_log_health=False
+    )
+    dec = dsv4("decode", host, V0_5_18, 8, ep=True, access_log_health=False, health_generate=False)
+    p = B.start_proc(w, pre, 2.0, ready_after=41.0)
+    d = B.start_proc(w, dec, 3.0, ready_after=42.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    B.health_checks(w, dec, d.t_ready, end)
+    B.traffic(w, pre, dec, d.t_ready + 2, end, rate=1 / 16)
+    failed = _pinned(w, 119.6, pre)
+    failed.xfer = 0.9
+    failed.xfer_fail = f"NIXL transfer encountered ERR room={failed.room}"
+    for t in (119.2, 119.8, 120.1):
+        r = _pinned(w, t, pre)
+        r.pin = True
+
+    def after(w: World) -> None:
+        t_err = failed.p_rel - 0.004
+        for k in range(4):  # the NIC drops its queue pairs: UCX speaks first, on stderr
+            B.ucx_error(
+                w,
+                p,
+                t_err - 0.3 + 0.07 * k,
+                f"mlx5_0:1/RoCE: RC QP 0x{0x1A40 + k:x} wqe[{311 + k}]: transport retry count exceeded",
+            )
+        rank = pre.group_ranks(0)[failed.room % pre.tp]
+        w.emit(
+            t_err,
+            p.stream,
+            f"Unexpected transfer worker error for room {failed.room}",
+            pre.ranks(rank),
+            room=failed.room,
+            engine="prefill",
+        )
+        for k, line in enumerate(TRACEBACK):  # continuation lines: separate entries, no prefix
+            w.emit(t_err + 0.00001 * (k + 1), p.stream, line, fmt=0)
+
+    return Built(pre, dec, [p], [d], after)
+
+
+# ---- 5 / 6: abort storms --------------------------------------------------------------------------
+
+
+def _storm(w: World, pre: EngineCfg, t_s: float, races: tuple[int, ...] = ()) -> list[Req]:
+    """15 concurrent long prompts, then the client kills all 15 connections 3.6 s later.
+
+    Decode is short of KV memory, so the last six wait for pre-allocation (prefill keeps them
+    Bootstrapping); the rest are prefilled one per batch and their KV takes 1 s to move.
+    At the abort the first ones are decoding, two or three are in the prefill inflight queue
+    (Transferring), some wait in the prefill waiting queue and the last are still bootstrapping.
+    """
+    out = []
+    for k in range(15):
+        r = B.new_req(w, t_s + 0.012 * k, 13000, 600, pre)
+        r.xfer = 1.0
+        r.prealloc_wait = 0.0 if k < 9 else 1.2 + 0.7 * (k - 9)
+        r.abort_t = t_s + 3.6 + 0.001 * k
+        r.abort_lands = k not in races
+        out.append(r)
+    w.reqs.extend(out)
+    return out
+
+
+def build_abort_storm_clean(w: World) -> Built:
+    hp = w.host("gb200-a", tz_min=0, ip="10.0.4.11")
+    hd = w.host("gb200-b", tz_min=0, skew_s=0.35, ip="10.0.4.12")
+    pre = dsv4("prefill", hp, V0_5_18, 4, watchdog_s=60, access_log_health=False)
+    dec = dsv4("decode", hd, V0_5_18, 4, http_port=30000, access_log_health=False, health_generate=False)
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    B.health_checks(w, dec, d.t_ready, end)
+    for a, b in ((d.t_ready + 2, 128.0), (138.0, 163.0), (173.0, end)):
+        B.traffic(w, pre, dec, a, b, rate=1 / 20)
+    _storm(w, pre, 130.0)
+    _storm(w, pre, 165.0)
+    return Built(pre, dec, [p], [d])
+
+
+def build_abort_storm_pins(w: World) -> Built:
+    host = w.host("dsv4-node-02", tz_min=480, ip="10.0.5.2")
+    pre = dsv4("prefill", host, V0_5_14, 4, access_log_health=False)
+    dec = dsv4("decode", host, V0_5_14, 4, access_log_health=False, health_generate=False)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 330.0
+    B.health_checks(w, pre, -60.0, end)
+    B.health_checks(w, dec, -60.0, end)
+    for a, b in ((-60.0, 88.0), (98.0, 118.0), (128.0, end)):
+        B.traffic(w, pre, dec, a, b, rate=1 / 20)
+    _storm(w, pre, 90.0, races=(6, 7))
+    _storm(w, pre, 120.0, races=(7,))
+    return Built(pre, dec, [p], [d])
+
+
+# ---- 7 ---------------------------------------------------------------------------------------------
+
+
+def build_short_window(w: World) -> Built:
+    host = w.host("h100-lab-3", tz_min=0, ip="10.0.6.3")
+    pre = dsv4("prefill", host, V0_5_12, 2)
+    dec = dsv4("decode", host, V0_5_12, 2)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 40.0
+    B.health_checks(w, pre, -30.0, end)
+    B.health_checks(w, dec, -30.0, end)
+    B.traffic(w, pre, dec, -30.0, end, rate=1 / 5, out_range=(200, 1400))
+    return Built(pre, dec, [p], [d])
+
+
+# ---- 8 -----------------------------------------------------------------------------------------------
+
+FLOOD_START = 250.0
+HOLE = (251.2, 281.2)  # LogRateLimitIntervalSec=30s: the rest of the interval is dropped
+
+
+def qwen(role: str, host: Host, **kw) -> EngineCfg:
+    args = dict(
+        role=role,
+        host=host,
+        unit=f"sglang-qwen3-{role}.service",
+        description=f"SGLang Qwen3-235B-A22B {role}",
+        version=V0_5_3,
+        model="Qwen/Qwen3-235B-A22B-Instruct-2507",
+        arch="Qwen3MoeForCausalLM",
+        tp=4,
+        ep=True,
+        log_requests=True,
+        http_port=30000,
+        tpot_s=0.028,
+    )
+    args.update(kw)
+    return EngineCfg(**args)
+
+
+def build_journald_suppression(w: World) -> Built:
+    hp = w.host("qwen-p01", tz_min=0, ip="10.0.7.11")
+    hd = w.host("qwen-d01", tz_min=0, skew_s=-0.8, ip="10.0.7.21")
+    pre = qwen("prefill", hp)
+    dec = qwen("decode", hd)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 310.0
+    # the router probes every 30 s; one prefill probe lands right after the hole
+    for k in range(12):
+        t = HOLE[1] + 1.3 - 30.0 * k
+        r = Req(0, f"HEALTH_CHECK_{w.hex32()}", "", t, 1, 1)
+        r.hc, r.to_decode = True, False
+        w.reqs.append(r)
+    B.health_checks(w, dec, -60.0, end, interval=30.0)
+    B.traffic(w, pre, dec, -60.0, 246.0, rate=1 / 14)
+    for t in (222.4, 224.1, 225.6):  # NIXL handles that never complete: pinned, no line
+        r = _pinned(w, t, pre)
+        r.pin = True
+    for t in (258.3, 266.9):  # routed during the hole: only decode's lines survive
+        _pinned(w, t, pre, out_len=120)
+    w.holes.append(Hole(hp, pre.unit, *HOLE))
+
+    def after(w: World) -> None:
+        n = 420
+        for k in range(n):  # the NIC flaps: a UCX error flood on the prefill's stderr
+            B.ucx_error(
+                w,
+                p,
+                FLOOD_START + 12.0 * k / n,
+                f"mlx5_0:1/RoCE: RC QP 0x{0x2B00 + k % 37:x} wqe[{k % 64}]: local protection error",
+            )
+
+    return Built(pre, dec, [p], [d], after)
+
+
+# ---- 9 -------------------------------------------------------------------------------------------------
+
+
+def glm(role: str, host: Host, **kw) -> EngineCfg:
+    args = dict(
+        role=role,
+        host=host,
+        unit=f"sglang-glm-{role}.service",
+        description=f"SGLang GLM-4.5 {role}",
+        version=V0_5_10,
+        model="zai-org/GLM-4.5-FP8",
+        arch="Glm4MoeForCausalLM",
+        tp=8,
+        ep=True,
+        http_port=30000,
+        tpot_s=0.031,
+        access_log_health=False,
+    )
+    args.update(kw)
+    return EngineCfg(**args)
+
+
+def build_l0_anonymous_pins(w: World) -> Built:
+    hp = w.host("glm-p01", tz_min=480, ip="10.0.8.11")
+    hd = w.host("glm-d01", tz_min=480, skew_s=0.012, ip="10.0.8.21")
+    pre = glm("prefill", hp)
+    dec = glm("decode", hd)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 330.0
+    d2 = _decode_restart(w, pre, dec, p, d, s=110.0, end=end)
+    # one client abort while its KV is in flight: the only request a default-INFO log names
+    r = _pinned(w, 60.0, pre, in_len=9000)
+    r.xfer, r.abort_t = 1.4, 60.95
+    return Built(pre, dec, [p], [d, d2])
+
+
+# ---- 10 --------------------------------------------------------------------------------------------------
+
+
+def build_multihost_skew(w: World) -> Built:
+    hp = w.host("p-node-01", tz_min=0, ip="10.0.9.11")
+    hd = w.host("d-node-01", tz_min=480, skew_s=2.5, ip="10.0.9.21")
+    common = dict(
+        dp=4, ep=True, backend="mooncake", log_requests=False, time_stats=True, access_log_health=False
+    )
+    pre = dsv4("prefill", hp, V0_5_23, 4, **common)
+    dec = dsv4("decode", hd, V0_5_23, 4, http_port=30000, health_generate=False, **common)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 330.0
+    s = 150.0
+    d2 = B.restart(w, d, s, kill_after=None, exit_after=5.02, ready_after=40.0)
+    B.health_checks(w, pre, -60.0, end)
+    B.health_checks(w, dec, -60.0, s)
+    B.health_checks(w, dec, d2.t_ready, end)
+    B.traffic(w, pre, dec, -60.0, s - 20.0, rate=1 / 10)
+    B.traffic(w, pre, dec, d2.t_ready + 2.0, end, rate=1 / 10)
+    return Built(pre, dec, [p], [d, d2])
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in [
+        Scenario(
+            "healthy",
+            "Steady load on both engines (0.5.18, DeepSeek-V4-Flash, TP4+TP4, NIXL, --log-requests); both "
+            "units start in the window and the prefill arms the inflight watchdog at 60 s; nothing needs it.",
+            build_healthy,
+            verdict="nothing_stuck",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+        ),
+        Scenario(
+            "decode_restart_old_build",
+            "The operator's incident on the build without the watchdog (0.5.14, NIXL, TP4+TP4, L1): a "
+            "decode-only restart kills the decode while three KV transfers are in flight; those rooms stay "
+            "pinned in the prefill inflight queue with no further line, and the #inflight-req floor stays 3.",
+            build_decode_restart_old_build,
+            verdict="watchdog_missed",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=False,
+            verdict_options={"watchdog_timeout_s": 60},
+        ),
+        Scenario(
+            "decode_restart_watchdog_fires",
+            "The same decode-only restart on the patched build (0.5.18, watchdog armed at 60 s, prefill and "
+            "decode on two hosts): the watchdog force-fails each pinned room on all 4 TP ranks at dwell ~60.4 s "
+            "and the inflight floor returns to 0.",
+            build_decode_restart_watchdog_fires,
+            verdict="watchdog_fired",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+        ),
+        Scenario(
+            "watchdog_armed_never_fires",
+            "Patched build armed at 60 s (startup in the window, 0.5.18, TP8 EP8): a RoCE link error fails "
+            "one transfer (traceback + Prefill transfer failed) and leaves three NIXL transfers stuck in "
+            "Transferring for minutes; the watchdog never fires.",
+            build_watchdog_armed_never_fires,
+            verdict="watchdog_missed",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+        ),
+        Scenario(
+            "abort_storm_clean",
+            "After the fix: 15 concurrent long requests x 2 rounds aborted by the client mid-flight (0.5.18, "
+            "watchdog armed); the router cancels both legs, every abort releases its request, the inflight "
+            "gauge stays bounded and drains to 0, decode keeps generating.",
+            build_abort_storm_clean,
+            verdict="nothing_stuck",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+        ),
+        Scenario(
+            "abort_storm_pins",
+            "The same abort storm on the old build (0.5.14, no watchdog): three aborts race a KV chunk, "
+            "decode logs 'Decode transfer failed ... Aborted by AbortReq.' and the prefill never reports "
+            "those rooms again.",
+            build_abort_storm_pins,
+            verdict="watchdog_missed",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=None,
+            verdict_options={"watchdog_timeout_s": 60},
+        ),
+        Scenario(
+            "short_window",
+            "40 s of healthy traffic (0.5.12, TP2+TP2, L1) with a 60 s watchdog timeout stated by the "
+            "operator: some requests are still open at the window end and nothing can be called stuck.",
+            build_short_window,
+            verdict="inconclusive",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=None,
+            duration_s=40.0,
+            reasons_contain=("shorter than the watchdog timeout",),
+            verdict_options={"watchdog_timeout_s": 60},
+        ),
+        Scenario(
+            "journald_suppression",
+            "A UCX error flood on the prefill (0.5.3, Qwen3, TP4 EP4, L1) trips journald's rate limit: 30 s of "
+            "prefill lines are suppressed while three requests might be stuck, and the prefill is quiet after "
+            "the hole until the window ends less than a timeout later.",
+            build_journald_suppression,
+            verdict="inconclusive",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=None,
+            duration_s=310.0,
+            reasons_contain=("suppressed",),
+            verdict_options={"watchdog_timeout_s": 60},
+        ),
+        Scenario(
+            "l0_anonymous_pins",
+            "Default INFO logging only (0.5.10, GLM-4.5, TP8 EP8): a decode restart pins three requests that "
+            "no line names; only the '#inflight-req - #new-seq' floor of later health-check batches shows "
+            "them. One client abort is the only request a line names.",
+            build_l0_anonymous_pins,
+            verdict="watchdog_missed",
+            evidence_level="L0",
+            watchdog_timeout_s=60,
+            watchdog_deployed=None,
+            verdict_options={"watchdog_timeout_s": 60},
+        ),
+        Scenario(
+            "multihost_skew",
+            "Prefill (UTC) and decode (UTC+8, clock 2.5 s ahead) on two hosts, DP attention (DPn TPn EPn), "
+            "0.5.23, Mooncake, --enable-request-time-stats-logging only (L2): a clean drained decode restart "
+            "followed by healthy traffic.",
+            build_multihost_skew,
+            verdict="nothing_stuck",
+            evidence_level="L2",
+            watchdog_timeout_s=60,
+            watchdog_deployed=None,
+            verdict_options={"watchdog_timeout_s": 60},
+        ),
+    ]
+}
+
+__all__ = ["SCENARIOS", "Built", "Event", "Scenario"]

@@ -1,0 +1,504 @@
+"""The incident simulator: determinism, real journals, committed fixtures, ground truth, layouts.
+
+The checks on log text use plain regexes over the written files, never pdforensics' parser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections import Counter, defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from pdforensics.errors import UsageError
+from pdforensics.paths import fixtures_dir
+from pdforensics.simulate import SCENARIOS, simulate, simulate_plain
+from pdforensics.simulate.__main__ import main as cli_main
+from pdforensics.simulate.__main__ import parse_now
+from tests.conftest import have_journalctl
+
+NOW = parse_now("2026-11-29T12:10:00Z")
+NAMES = list(SCENARIOS)
+CLASSES = {"watchdog_fired", "silent_pin", "transfer_failed", "aborted", "lost", "completed", "in_flight"}
+VERDICTS = {"watchdog_missed", "watchdog_fired", "nothing_stuck", "inconclusive"}
+TOP_KEYS = {
+    "scenario",
+    "description",
+    "window",
+    "watchdog",
+    "evidence_level",
+    "verdict",
+    "reasons_contain",
+    "anonymous_pins",
+    "requests",
+}
+REQ_KEYS = [
+    "bootstrap_room",
+    "prefill_rid",
+    "decode_rid",
+    "class",
+    "abort_race",
+    "across_restart",
+    "one_sided",
+]
+PREFIX = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)((?: (?:DP|TP|EP)\d+)*)\] ")
+
+
+def fixture(name: str) -> Path:
+    return fixtures_dir() / name
+
+
+def entries(name: str) -> list[dict]:
+    return [json.loads(line) for line in fixture(name).joinpath("journal.json").read_text().splitlines()]
+
+
+def message(e: dict) -> str:
+    m = e["MESSAGE"]
+    return bytes(m).decode("utf-8", "replace") if isinstance(m, list) else m
+
+
+def expected(name: str) -> dict:
+    return json.loads(fixture(name).joinpath("expected.json").read_text())
+
+
+def unit_lines(name: str, role: str) -> list[tuple[int, str]]:
+    """(journal µs, MESSAGE) of one engine's own entries (systemd and journald lines excluded)."""
+    return [
+        (int(e["__REALTIME_TIMESTAMP"]), message(e))
+        for e in entries(name)
+        if e.get("_SYSTEMD_UNIT", "").endswith(f"-{role}.service")
+    ]
+
+
+def floors(name: str) -> list[tuple[int, int]]:
+    """(journal µs, requests in the inflight queue that are not this batch) of every prefill stats line.
+
+    From 0.5.10 the line is printed after the forward and counts the batch (floor = #inflight-req
+    - #new-seq); 0.5.3 (``Prefill batch.``) printed it before the forward (floor = #inflight-req).
+    """
+    out = []
+    for ts, msg in unit_lines(name, "prefill"):
+        m = re.search(r"Prefill batch([.,]) #new-seq: (\d+),.*#inflight-req: (\d+)", msg)
+        if m:
+            before = m.group(1) == "."
+            out.append((ts, int(m.group(3)) - (0 if before else int(m.group(2)))))
+    return out
+
+
+# ---- API and determinism -------------------------------------------------------------------
+
+
+def test_scenarios_have_descriptions():
+    assert len(NAMES) >= 10
+    for required in (
+        "healthy",
+        "decode_restart_old_build",
+        "decode_restart_watchdog_fires",
+        "watchdog_armed_never_fires",
+        "abort_storm_clean",
+        "abort_storm_pins",
+        "short_window",
+        "journald_suppression",
+        "l0_anonymous_pins",
+        "multihost_skew",
+    ):
+        assert len(SCENARIOS[required].description) > 40
+
+
+def test_same_seed_and_now_give_identical_bytes(tmp_path):
+    a = simulate("abort_storm_pins", tmp_path / "a", now_us=NOW, seed=3)
+    b = simulate("abort_storm_pins", tmp_path / "b", now_us=NOW, seed=3)
+    c = simulate("abort_storm_pins", tmp_path / "c", now_us=NOW, seed=4)
+    for f in ("journal.export", "journal.json", "expected.json"):
+        assert (a / f).read_bytes() == (b / f).read_bytes()
+    assert (a / "journal.json").read_bytes() != (c / "journal.json").read_bytes()
+
+
+def test_window_follows_now(tmp_path):
+    now = NOW + 3_600_000_000
+    out = simulate("short_window", tmp_path / "s", now_us=now)
+    doc = json.loads((out / "expected.json").read_text())
+    assert now - 45_000_000 < doc["window"]["since_us"] < doc["window"]["until_us"] <= now + 3_000_000
+
+
+def test_unknown_scenario_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="unknown scenario"):
+        simulate("no_such_thing", tmp_path)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_fixtures_equal_a_fresh_regeneration(name, tmp_path):
+    out = simulate(name, tmp_path / name, now_us=NOW)
+    simulate_plain(name, out, now_us=NOW)
+    fresh = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    committed = {
+        p.relative_to(fixture(name)): p.read_bytes() for p in fixture(name).rglob("*") if p.is_file()
+    }
+    assert sorted(fresh) == sorted(committed)
+    for rel, data in fresh.items():
+        assert data == committed[rel], f"{name}/{rel} drifted: regenerate (fixtures/README.md)"
+
+
+def test_cli_writes_a_scenario(tmp_path, capsys):
+    assert cli_main(["healthy", "--out", str(tmp_path / "h"), "--now", "2026-11-29T12:10:00Z"]) == 0
+    assert (tmp_path / "h" / "journal.export").read_bytes() == fixture("healthy").joinpath(
+        "journal.export"
+    ).read_bytes()
+    assert cli_main(["--list"]) == 0
+    assert "journald_suppression" in capsys.readouterr().out
+    assert cli_main(["healthy"]) == 2  # no --out
+
+
+# ---- journal form ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_export_becomes_a_real_journal(name, make_journal):
+    if not have_journalctl():
+        pytest.skip("journalctl is not installed")
+    journal = make_journal(fixture(name).joinpath("journal.export").read_bytes(), f"{name}.journal")
+    out = subprocess.run(
+        ["journalctl", "--file", str(journal), "-o", "json", "--all", "--no-pager"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    back = [json.loads(line) for line in out.splitlines()]
+    ours = entries(name)
+    assert len(back) == len(ours)
+    key = lambda e: (e["__REALTIME_TIMESTAMP"], e["_HOSTNAME"], json.dumps(e["MESSAGE"]))  # noqa: E731
+    assert Counter(map(key, back)) == Counter(map(key, ours))
+    assert {e["_BOOT_ID"] for e in back} == {e["_BOOT_ID"] for e in ours}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_entries_are_in_time_order_with_per_host_clocks(name):
+    ours = entries(name)
+    ts = [int(e["__REALTIME_TIMESTAMP"]) for e in ours]
+    assert ts == sorted(ts)
+    by_host = defaultdict(list)
+    for e in ours:
+        by_host[e["_HOSTNAME"]].append(e)
+    for host_entries in by_host.values():
+        seq = [int(re.search(r";i=([0-9a-f]+);", e["__CURSOR"]).group(1), 16) for e in host_entries]
+        assert seq == list(range(seq[0], seq[0] + len(seq)))  # one seqnum run per host
+        mono = [int(e["__MONOTONIC_TIMESTAMP"]) for e in host_entries]
+        assert mono == sorted(mono)
+        assert len({e["__CURSOR"].split(";")[0] for e in host_entries}) == 1
+    export = fixture(name).joinpath("journal.export").read_bytes()
+    assert export.count(b"\n__CURSOR=") + 1 == len(ours)
+
+
+def test_binary_messages_are_byte_arrays_and_binary_export_fields():
+    ours = entries("healthy")
+    binary = [bytes(e["MESSAGE"]) for e in ours if isinstance(e["MESSAGE"], list)]
+    assert any(b"\x1b[33m" in b for b in binary)  # the ANSI-coloured library warning
+    assert any(b"\xb0C" in b for b in binary)  # Latin-1 from another program: invalid UTF-8
+    export = fixture("healthy").joinpath("journal.export").read_bytes()
+    assert b"\nMESSAGE\n" in export  # binary-safe serialisation
+
+
+def test_systemd_and_journald_lines_have_their_own_identity():
+    ours = entries("decode_restart_old_build")
+    pid1 = [e for e in ours if e.get("_SYSTEMD_UNIT") == "init.scope"]
+    texts = [message(e) for e in pid1]
+    assert all(e["_PID"] == "1" and e["SYSLOG_IDENTIFIER"] == "systemd" for e in pid1)
+    assert {e["UNIT"] for e in pid1} >= {"sglang-dsv4-decode.service"}
+    for needle in (
+        "Stopping sglang-dsv4-decode.service",
+        "State 'stop-sigterm' timed out. Killing.",
+        "Main process exited, code=killed, status=9/KILL",
+        "Stopped sglang-dsv4-decode.service",
+        "Started sglang-dsv4-decode.service",
+    ):
+        assert any(needle in t for t in texts), needle
+    decode = [
+        e for e in ours if e.get("_SYSTEMD_UNIT") == "sglang-dsv4-decode.service" and e["_COMM"] == "python3"
+    ]
+    assert len({e["_PID"] for e in decode}) == 2  # started in the window, then restarted
+    assert len({e["_SYSTEMD_INVOCATION_ID"] for e in decode}) == 2
+    others = [e for e in ours if e.get("SYSLOG_IDENTIFIER") == "gpu-check.sh"]
+    assert others and all(e["_COMM"] == "bash" for e in others)  # another program on the same unit
+    sup = [e for e in entries("journald_suppression") if e.get("_SYSTEMD_UNIT") == "systemd-journald.service"]
+    assert len(sup) == 1 and re.fullmatch(
+        r"Suppressed \d+ messages from sglang-qwen3-prefill\.service", message(sup[0])
+    )
+
+
+# ---- expected.json ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_expected_has_the_documented_shape(name):
+    doc = expected(name)
+    sc = SCENARIOS[name]
+    assert set(doc) - {"verdict_options"} == TOP_KEYS
+    assert doc["scenario"] == name and doc["verdict"] == sc.verdict in VERDICTS
+    assert doc["evidence_level"] in {"L0", "L1", "L2", "L3"}
+    assert set(doc["watchdog"]) == {"timeout_s", "deployed"} and doc["watchdog"]["deployed"] in (
+        True,
+        False,
+        None,
+    )
+    assert doc.get("verdict_options", {}) == sc.verdict_options
+    ts = [int(e["__REALTIME_TIMESTAMP"]) for e in entries(name)]
+    assert doc["window"] == {"since_us": min(ts), "until_us": max(ts)}
+    assert all(isinstance(s, str) and s == s.lower() for s in doc["reasons_contain"])
+    assert (doc["verdict"] == "inconclusive") == bool(doc["reasons_contain"])
+    rooms = [r["bootstrap_room"] for r in doc["requests"]]
+    assert len(rooms) == len(set(rooms)) and all(r.isdigit() and r != "0" for r in rooms)
+    for r in doc["requests"]:
+        assert list(r) == REQ_KEYS and r["class"] in CLASSES
+        assert all(isinstance(r[k], bool) for k in ("abort_race", "across_restart", "one_sided"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_listed_room_and_rid_is_in_the_text(name):
+    text = fixture(name).joinpath("journal.json").read_text()
+    for r in expected(name)["requests"]:
+        assert f"bootstrap_room={r['bootstrap_room']}" in text
+        for side in ("prefill_rid", "decode_rid"):
+            if r[side]:
+                assert r[side] in text
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pinned_rooms_have_no_terminal_prefill_line(name):
+    """A silent pin: after its last line the prefill never names the room again, except to receive it."""
+    doc = expected(name)
+    pins = [r for r in doc["requests"] if r["class"] == "silent_pin"]
+    prefill = unit_lines(name, "prefill")
+    timeout_us = doc["watchdog"]["timeout_s"] * 1_000_000
+    for r in pins:
+        named = [(ts, m) for ts, m in prefill if f"bootstrap_room={r['bootstrap_room']}" in m]
+        assert all(" Receive: obj=" in m for _, m in named), named
+        assert named and doc["window"]["until_us"] - named[-1][0] > timeout_us
+    if pins or doc["anonymous_pins"]:
+        assert floors(name)[-1][1] >= len(pins) + doc["anonymous_pins"]
+
+
+def test_the_watchdog_fires_once_per_rank_in_the_same_second():
+    doc = expected("decode_restart_watchdog_fires")
+    fired = [r for r in doc["requests"] if r["class"] == "watchdog_fired"]
+    assert len(fired) == 3 and all(r["across_restart"] for r in fired)
+    prefill = unit_lines("decode_restart_watchdog_fires", "prefill")
+    for r in fired:
+        lines = [m for _, m in prefill if f"req.bootstrap_room={r['bootstrap_room']} stalled >60s" in m]
+        ranks = [PREFIX.match(m).group(2) for m in lines]
+        assert sorted(ranks) == [" TP0", " TP1", " TP2", " TP3"]
+        assert len({PREFIX.match(m).group(1) for m in lines}) == 1
+        dwell = {float(re.search(r"dwell=([\d.]+)s", m).group(1)) for m in lines}
+        assert len(dwell) == 1 and 60.0 < dwell.pop() < 61.0
+        fails = [
+            m
+            for _, m in prefill
+            if "] Prefill transfer failed" in m
+            and "inflight watchdog: stalled >60s" in m
+            and f"req.bootstrap_room={r['bootstrap_room']} with exception" in m
+        ]
+        assert len(fails) == 4
+    last_fire = max(ts for ts, m in prefill if "forcing Failed + release" in m)
+    after = [f for ts, f in floors("decode_restart_watchdog_fires") if ts > last_fire]
+    assert after and set(after) == {0}
+
+
+def test_decode_restart_floor_and_lost_requests():
+    doc = expected("decode_restart_old_build")
+    assert doc["watchdog"] == {"timeout_s": 60, "deployed": False}
+    assert not any("inflight watchdog" in m for _, m in unit_lines("decode_restart_old_build", "prefill"))
+    pins = [r for r in doc["requests"] if r["class"] == "silent_pin"]
+    assert len(pins) == 3 and all(r["across_restart"] and r["prefill_rid"] != r["decode_rid"] for r in pins)
+    decode = unit_lines("decode_restart_old_build", "decode")
+    graceful = [m for _, m in decode if m.split("] ", 1)[-1].startswith("Gracefully exiting... Remaining")]
+    assert len(graceful) == 3
+    lost = [r for r in doc["requests"] if r["class"] == "lost"]
+    assert lost and all(r["decode_rid"] in graceful[-1] for r in lost)  # decode rids, not rooms
+    assert sum(r["decode_rid"] in graceful[-1] for r in pins) == 2  # the third arrived after the last one
+    kill = next(
+        int(e["__REALTIME_TIMESTAMP"])
+        for e in entries("decode_restart_old_build")
+        if "State 'stop-sigterm' timed out" in message(e)
+    )
+    assert {f for ts, f in floors("decode_restart_old_build") if ts > kill} == {3}
+
+
+def test_abort_storms():
+    clean = expected("abort_storm_clean")
+    aborted = [r for r in clean["requests"] if r["class"] == "aborted"]
+    assert len(aborted) == 30 and sum(r["abort_race"] for r in aborted) == 6
+    text = "\n".join(m for _, m in unit_lines("abort_storm_clean", "prefill"))
+    for r in aborted:
+        room = r["bootstrap_room"]
+        released = f"Prefill transfer failed for request rank=0 req.rid='{r['prefill_rid']}' req.bootstrap_room={room}"
+        assert (released in text) == r["abort_race"]
+    assert floors("abort_storm_clean")[-1][1] == 0
+    pins = [r for r in expected("abort_storm_pins")["requests"] if r["class"] == "silent_pin"]
+    assert len(pins) == 3 and all(r["abort_race"] for r in pins)
+    decode = "\n".join(m for _, m in unit_lines("abort_storm_pins", "decode"))
+    for r in pins:
+        assert (
+            f"decode_req.req.bootstrap_room={r['bootstrap_room']} with exception KVTransferError(" in decode
+        )
+
+
+def test_l0_pins_are_anonymous():
+    doc = expected("l0_anonymous_pins")
+    assert doc["anonymous_pins"] == 3 and [r["class"] for r in doc["requests"]] == ["aborted"]
+    prefill = unit_lines("l0_anonymous_pins", "prefill")
+    assert not any("Receive: obj=" in m for _, m in prefill)
+    room = doc["requests"][0]["bootstrap_room"]
+    assert sum(f"req.bootstrap_room={room} with exception" in m for _, m in prefill) == 8  # every TP rank
+    assert floors("l0_anonymous_pins")[-1][1] == 3
+
+
+def test_suppression_hole_and_short_window():
+    doc = expected("journald_suppression")
+    assert doc["verdict"] == "inconclusive" and "suppressed" in doc["reasons_contain"]
+    prefill = unit_lines("journald_suppression", "prefill")
+    hole_end = next(
+        int(e["__REALTIME_TIMESTAMP"])
+        for e in entries("journald_suppression")
+        if message(e).startswith("Suppressed ")
+    )
+    assert doc["window"]["until_us"] - hole_end < doc["watchdog"]["timeout_s"] * 1_000_000
+    assert not any(hole_end - 29_000_000 < ts < hole_end - 1_000 for ts, _ in prefill)  # the hole
+    plain = fixture("journald_suppression") / "plain" / "qwen-p01-sglang-qwen3-prefill.log"
+    assert len(plain.read_bytes().splitlines()) > len(prefill)  # the file kept what journald dropped
+    short = expected("short_window")
+    assert short["window"]["until_us"] - short["window"]["since_us"] < 60_000_000
+    assert "shorter than the watchdog timeout" in short["reasons_contain"]
+    assert any(r["class"] == "in_flight" for r in short["requests"])
+
+
+# ---- version layouts and prefixes ---------------------------------------------------------------
+
+
+LAYOUTS = {
+    "healthy": [
+        "#bootstrap-req: ",
+        "#optimistic-req: 0, cuda graph",
+        "full token usage: ",
+        "swa token usage: ",
+        "#full token: ",
+        "accept len: ",
+        "inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=60s",
+    ],
+    "decode_restart_old_build": ["#pending-token: ", "#bootstrap-req: "],
+    "short_window": ["#bootstrap-req: ", "#inflight-req: "],
+    "l0_anonymous_pins": [", #prealloc-req: ", "cuda graph: False, input throughput (token/s): ", "#token: "],
+    "journald_suppression": ["Prefill batch. #new-seq: ", "#prealloc-req: ", "Decode batch. #running-req: "],
+    "multihost_skew": [
+        "ReqTimeStats(rid=",
+        "attempts=0, type=prefill): ",
+        "type=decode): ",
+        " DP1 TP1 EP1] ",
+    ],
+}
+ABSENT = {
+    "decode_restart_old_build": ["#optimistic-req", "inflight watchdog"],
+    "l0_anonymous_pins": ["Receive: obj=", "#bootstrap-req"],
+    "journald_suppression": ["input throughput", "#bootstrap-req"],
+    "multihost_skew": ["Receive: obj="],
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_version_layouts_appear_where_claimed(name):
+    text = fixture(name).joinpath("journal.json").read_text()
+    for needle in LAYOUTS[name]:
+        assert needle in text, needle
+    for needle in ABSENT.get(name, []):
+        assert needle not in text, needle
+
+
+def test_armed_line_once_on_tp0_and_one_rank_failures_from_0_5_14():
+    healthy = [m for _, m in unit_lines("healthy", "prefill") if "inflight watchdog armed" in m]
+    assert len(healthy) == 1 and PREFIX.match(healthy[0]).group(2) == " TP0"
+    prefill = unit_lines("watchdog_armed_never_fires", "prefill")
+    err = [m for _, m in prefill if "NIXL transfer encountered ERR" in m and "] Prefill transfer failed" in m]
+    assert len(err) == 1  # 0.5.18: other ranks log the propagated copy at DEBUG
+    start = next(i for i, (_, m) in enumerate(prefill) if "Unexpected transfer worker error for room" in m)
+    assert prefill[start + 1][1] == "Traceback (most recent call last):"
+    assert prefill[start + 6][1].startswith("RuntimeError: ")  # continuation entries, no prefix
+
+
+def _utc(prefix_time: str) -> float:
+    return datetime.strptime(prefix_time, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("name", "host", "offset_h"),
+    [
+        ("healthy", "dsv4-node-01", 8),
+        ("multihost_skew", "d-node-01", 8),
+        ("multihost_skew", "p-node-01", 0),
+        ("watchdog_armed_never_fires", "b200-07", -5),
+    ],
+)
+def test_prefixes_are_host_local_time(name, host, offset_h):
+    for e in entries(name):
+        m = PREFIX.match(message(e))
+        if e["_HOSTNAME"] == host and m:
+            diff = _utc(m.group(1)) - int(e["__REALTIME_TIMESTAMP"]) / 1e6 - offset_h * 3600
+            assert -1.01 < diff <= 0.0
+
+
+def test_decode_host_clock_runs_ahead():
+    stats = defaultdict(dict)
+    for _, m in unit_lines("multihost_skew", "prefill") + unit_lines("multihost_skew", "decode"):
+        r = re.search(r"ReqTimeStats\(rid=\w+, bootstrap_room=(\d+),.*type=(\w+)\): .*entry_time=([\d.]+)", m)
+        if r and r.group(1) != "0":
+            stats[r.group(1)][r.group(2)] = float(r.group(3))
+    skews = [s["decode"] - s["prefill"] for s in stats.values() if len(s) == 2]
+    assert len(skews) > 10 and all(2.45 < x < 2.55 for x in skews)
+
+
+# ---- plain files and scale ----------------------------------------------------------------------
+
+
+def test_plain_files_are_the_sglang_lines(tmp_path):
+    out = simulate_plain("multihost_skew", tmp_path, now_us=NOW)
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["d-node-01-sglang-dsv4-decode.log", "p-node-01-sglang-dsv4-prefill.log"]
+    lines = (out / files[0]).read_text().splitlines()
+    assert sum(bool(PREFIX.match(line)) for line in lines) >= len(lines) - 2  # the ANSI warning has none
+    journal = [
+        message(e)
+        for e in entries("multihost_skew")
+        if e.get("_SYSTEMD_UNIT") == "sglang-dsv4-decode.service" and e["_COMM"] == "python3"
+    ]
+    assert lines == journal  # no other program, no systemd: exactly the process's own lines
+
+
+@pytest.mark.slow
+def test_scale_multiplies_the_traffic(tmp_path):
+    small = simulate("decode_restart_old_build", tmp_path / "a", now_us=NOW, scale=1)
+    big = simulate("decode_restart_old_build", tmp_path / "b", now_us=NOW, scale=25)
+    n_small = len((small / "journal.json").read_bytes().splitlines())
+    n_big = len((big / "journal.json").read_bytes().splitlines())
+    assert n_big > 5 * n_small  # health checks and lifecycle lines do not scale
+    doc = json.loads((big / "expected.json").read_text())
+    assert len(doc["requests"]) > 12 * len(json.loads((small / "expected.json").read_text())["requests"])
+    assert doc["verdict"] == "watchdog_missed"
+    assert Counter(r["class"] for r in doc["requests"])["silent_pin"] == 3
+    ts = [
+        int(json.loads(line)["__REALTIME_TIMESTAMP"])
+        for line in (big / "journal.json").read_text().splitlines()
+    ]
+    assert ts == sorted(ts)
+
+
+@pytest.mark.parametrize("fraction_us", [0, 12_345, 987_654])
+def test_firing_ranks_share_a_second_whatever_the_window_end(tmp_path, fraction_us):
+    out = simulate("decode_restart_watchdog_fires", tmp_path, now_us=NOW + 7_000_000 + fraction_us, seed=1)
+    seconds = defaultdict(set)
+    for line in (out / "journal.json").read_text().splitlines():
+        m = PREFIX.match(message(json.loads(line)))
+        room = re.search(r"req\.bootstrap_room=(\d+) stalled", line)
+        if m and room:
+            seconds[room.group(1)].add(m.group(1))
+    assert len(seconds) == 3 and all(len(s) == 1 for s in seconds.values())
