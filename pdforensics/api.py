@@ -214,13 +214,13 @@ def run_demo(out: Path, now_us: int) -> None:
     db = out / "demo.duckdb"
     if db.exists():
         db.unlink()
-    summary, _ = run_ingest(
+    summary, verdict = run_ingest(
         db=db, since=None, until=None, units=None, directories=None, journal_files=None,
         files=[incident / "journal.export"], tz=None, host=None, catalogs=None, watchdog_timeout=60,
         grace=None, progress=False, now_us=now_us,
     )  # fmt: skip
     print_ingest_summary(summary)
-    verdict = run_verdict(db, None, None, 60, None, now_us)
-    print_verdict(verdict, as_json=False)
+    if verdict is not None:
+        print_verdict(verdict, as_json=False)
     report = run_report(db, out / "incident.html", None, None, 60, None, False, now_us)
     print(f"\nreport: {report}\nquery:  pdforensics sql --db {db} stuck_requests")

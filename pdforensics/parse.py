@@ -15,8 +15,10 @@ Python loops here run over catalog entries, never over lines.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import polars as pl
 
@@ -50,7 +52,32 @@ CONTINUATION = (
     r"|The above exception was the direct cause|[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b(?::|$))"
 )
 TIME_FMT = "%Y-%m-%d %H:%M:%S"
-LOCAL_TZ = datetime.now(UTC).astimezone().tzname()
+
+
+def local_zone() -> str:
+    """This machine's zone as polars understands it: $TZ, the /etc/localtime link, else a fixed offset."""
+    env = os.environ.get("TZ", "").lstrip(":")
+    if env and _valid_zone(env):
+        return env
+    link = Path("/etc/localtime")
+    if link.is_symlink():
+        target = str(link.resolve())
+        if "zoneinfo/" in target and _valid_zone(name := target.split("zoneinfo/", 1)[1]):
+            return name
+    offset = datetime.now(UTC).astimezone().utcoffset() or timedelta(0)
+    minutes = int(offset.total_seconds() // 60)
+    return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _valid_zone(name: str) -> bool:
+    try:
+        pl.Series([0]).cast(pl.Datetime("us")).dt.replace_time_zone(name)
+    except pl.exceptions.PolarsError:
+        return False
+    return True
+
+
+LOCAL_TZ = local_zone()
 US = 1_000_000
 
 
@@ -213,7 +240,7 @@ def _app_time(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.Da
     if zone is None:
         offsets = _infer_offsets(df, carry)
         offset = pl.col("host").replace_strict(offsets, default=None, return_dtype=pl.Int64)
-        by_zone = _zone_convert(pl.col("_naive"), LOCAL_TZ or "UTC")
+        by_zone = _zone_convert(pl.col("_naive"), LOCAL_TZ)
         local = pl.when(offset.is_not_null()).then(pl.col("_naive") - offset).otherwise(by_zone)
     else:
         local = _zone_convert(pl.col("_naive"), zone)
@@ -298,7 +325,9 @@ class _Compiled:
             starts=starts,
             contains=tuple(sorted({e.contains for e in entries if e.contains and not e.starts_with})),
             head_len=max((len(a) for a in starts), default=0),
-            anchor_table=pl.DataFrame(rows, schema={"anchor": pl.String, "entry_idx": pl.Int32}, orient="row"),
+            anchor_table=pl.DataFrame(
+                rows, schema={"anchor": pl.String, "entry_idx": pl.Int32}, orient="row"
+            ),
         )
 
 
@@ -322,7 +351,9 @@ def _candidates(body: pl.DataFrame, column: str, anchors: tuple[str, ...], comp:
         .drop_nulls("anchor")
         .unique()
     )
-    return found.join(comp.anchor_table, on="anchor").join(body.select("_row", "body"), on="_row").drop("anchor")
+    return (
+        found.join(comp.anchor_table, on="anchor").join(body.select("_row", "body"), on="_row").drop("anchor")
+    )
 
 
 def _try_entries(cand: pl.DataFrame, comp: _Compiled) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -336,7 +367,9 @@ def _try_entries(cand: pl.DataFrame, comp: _Compiled) -> tuple[pl.DataFrame, pl.
             continue
         fields = _extract_entry(part, entry)
         hit = fields[MATCHED].is_not_null()
-        matched.append(fields.filter(hit).drop(MATCHED).with_columns(pl.lit(idx[0], pl.Int32).alias("entry_idx")))
+        matched.append(
+            fields.filter(hit).drop(MATCHED).with_columns(pl.lit(idx[0], pl.Int32).alias("entry_idx"))
+        )
         failed.append(part.filter(~hit).select("_row", "entry_idx"))
     return _stack(matched, _fields_schema()), _stack(failed, {"_row": pl.UInt32, "entry_idx": pl.Int32})
 
