@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -74,7 +75,7 @@ def run_ingest(
     selection = Selection(window=window, units=tuple(units or ("sglang*",)))
     catalog = load_catalog(catalogs or [])
     sources = build_sources(directories, journal_files, files, host)
-    con = store.open_db(db)
+    con = store.open_db(db, wait_s=ingest_lock_wait_s())
     try:
         with _progress(progress) as tick:
             summary = ingest(db, sources, selection, catalog, tz=tz, progress=tick, con=con)
@@ -84,6 +85,24 @@ def run_ingest(
     finally:
         con.close()
     return summary, verdict
+
+
+# An ingest that finds the database in use waits this long for it (cron and a manual run
+# overlapping is the common case) before failing with one line; env PDFORENSICS_LOCK_WAIT (seconds).
+INGEST_LOCK_WAIT_S = 10.0
+
+
+def ingest_lock_wait_s() -> float:
+    text = os.environ.get("PDFORENSICS_LOCK_WAIT", "").strip()
+    if not text:
+        return INGEST_LOCK_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also rejects nan
+        raise UsageError(f"PDFORENSICS_LOCK_WAIT must be a number of seconds >= 0, not {text!r}")
+    return value
 
 
 def _verdict_or_none(con, since_us, until_us, watchdog_timeout, grace, sources, now_us) -> Verdict | None:  # type: ignore[no-untyped-def]

@@ -250,6 +250,15 @@ def catalog_cmd(
         typer.echo(f"{e.name:44s} {e.event:28s} {e.versions or '':14s} {e.origin}")
 
 
+INTERRUPTED = "interrupted; every batch committed so far is kept, rerun to continue"
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C seen inside a DuckDB call arrives as duckdb.InterruptException ("Query interrupted")."""
+    duckdb = sys.modules.get("duckdb")  # never imported here: --help must stay instant
+    return duckdb is not None and isinstance(exc, duckdb.InterruptException)
+
+
 def main() -> None:
     try:
         app()
@@ -257,12 +266,20 @@ def main() -> None:
         _err(str(exc))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        _err("interrupted; every batch committed so far is kept, rerun to continue")
+        _err(INTERRUPTED)
         sys.exit(EXIT_INTERRUPTED)
+    except SystemExit as exc:
+        if exc.code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a silent exit 130: say what was kept
+            _err(INTERRUPTED)
+        raise
     except Exception as exc:  # never a traceback for the user; PDFORENSICS_DEBUG=1 shows it
+        if _is_interrupt(exc):
+            _err(INTERRUPTED)
+            sys.exit(EXIT_INTERRUPTED)
         if os.environ.get("PDFORENSICS_DEBUG"):
             raise
-        _err(f"internal error: {type(exc).__name__}: {exc} (set PDFORENSICS_DEBUG=1 for the traceback)")
+        first = (str(exc).strip().splitlines() or [""])[0]
+        _err(f"internal error: {type(exc).__name__}: {first} (set PDFORENSICS_DEBUG=1 for the traceback)")
         sys.exit(EXIT_INTERNAL)
 
 

@@ -12,6 +12,7 @@ import polars as pl
 
 from pdforensics import store
 from pdforensics.catalog import Catalog
+from pdforensics.errors import DatabaseError
 from pdforensics.parse import Parsed, ParseOptions, StreamCarry, parse_records
 from pdforensics.sources import RecordBatch, Selection, Source, Window
 
@@ -71,36 +72,90 @@ def ingest(
     con = con or store.open_db(db)
     started = time.perf_counter()
     try:
-        units = ",".join(selection.units)
-        labels = [s.label for s in sources]
-        ingest_id = store.begin_ingest(
-            con, "; ".join(labels), "", units, selection.window.since_us, selection.window.until_us
-        )
-        summary = IngestSummary(ingest_id=ingest_id, db=str(db), sources=labels, readers=[])
-        opts = ParseOptions(catalog=catalog, tz=tz)
-        carry = StreamCarry()
-        next_id = store.next_line_id(con)
-        status = "interrupted"
-        try:
-            # Sources read ahead on their own thread; parsing here overlaps with it.
-            for batch in _batches(sources, selection, batch_size):
-                next_id = _store_one(con, ingest_id, batch, selection.window, opts, carry, next_id, summary)
-                if progress:
-                    progress(batch.records.height + batch.skipped + batch.rejects.height)
-            status = "complete"
-        finally:
-            summary.readers = sorted({s.reader for s in sources})
-            store.finish_ingest(con, ingest_id, status, ",".join(summary.readers))
-        summary.elapsed_s = time.perf_counter() - started
-        views_started = time.perf_counter()
-        if views:
-            _install_views(con)
-        summary.views_s = time.perf_counter() - views_started
-        _fill_breakdown(con, summary)
-        return summary
+        return _ingest(con, db, sources, selection, catalog, tz, batch_size, progress, views, started)
+    except duckdb.InterruptException:
+        raise KeyboardInterrupt from None  # Ctrl-C inside a DuckDB call: an interruption, not a DB fault
+    except (duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException,
+            duckdb.TransactionException) as exc:  # fmt: skip
+        # Disk full ("Failed to commit: Could not write file"), I/O error: one line for the user;
+        # every committed batch stays.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DatabaseError(
+            f"writing {db} failed: {first}; the batches committed before this are kept, rerun to continue"
+        ) from None
     finally:
         if own:
             con.close()
+
+
+def _ingest(
+    con: duckdb.DuckDBPyConnection,
+    db: str | Path,
+    sources: list[Source],
+    selection: Selection,
+    catalog: Catalog,
+    tz: str | None,
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+    views: bool,
+    started: float,
+) -> IngestSummary:
+    units = ",".join(selection.units)
+    labels = [s.label for s in sources]
+    ingest_id = store.begin_ingest(
+        con, "; ".join(labels), "", units, selection.window.since_us, selection.window.until_us
+    )
+    summary = IngestSummary(ingest_id=ingest_id, db=str(db), sources=labels, readers=[])
+    opts = ParseOptions(catalog=catalog, tz=tz)
+    carry = StreamCarry()
+    context = _Context()
+    next_id = store.next_line_id(con)
+    status = "interrupted"
+    try:
+        # Sources read ahead on their own thread; parsing here overlaps with it.
+        for batch in _batches(sources, selection, batch_size):
+            next_id = _store_one(
+                con, ingest_id, batch, selection.window, opts, carry, next_id, summary, context
+            )
+            if progress:
+                progress(batch.records.height + batch.skipped + batch.rejects.height)
+        status = "complete"
+    finally:
+        summary.readers = sorted({s.reader for s in sources})
+        try:
+            store.finish_ingest(con, ingest_id, status, ",".join(summary.readers))
+        except duckdb.Error:
+            if status == "complete":
+                raise
+            # Already failing (e.g. disk full): keep that error; the run stays 'running' and
+            # the next ingest marks it interrupted.
+    summary.elapsed_s = time.perf_counter() - started
+    views_started = time.perf_counter()
+    if views:
+        _install_views(con)
+    summary.views_s = time.perf_counter() - views_started
+    _fill_breakdown(con, summary)
+    return summary
+
+
+# Stored records kept as parse context for new records that follow them (see _Context).
+CONTEXT_RECORDS = 2_000
+_KEY = ["source_key", "seq"]
+
+
+@dataclass
+class _Context:
+    """Already-stored records held back as parse context for new records that may follow them.
+
+    A resumed ingest (after a kill, or a window overlapping the previous run) meets its first
+    new lines right after records stored before. Parsed alone, a traceback line there would lose
+    the head it continues (cont_of) and the time it inherits from it; parsed after its stored
+    predecessors it gets both, as in a clean run. A batch with nothing new is not parsed at all,
+    so re-reading what is stored stays cheap.
+    """
+
+    records: pl.DataFrame | None = None
+    ids: pl.DataFrame | None = None  # their source_key, seq, line_id
 
 
 def _store_one(
@@ -112,14 +167,34 @@ def _store_one(
     carry: StreamCarry,
     next_id: int,
     summary: IngestSummary,
+    context: _Context | None = None,
 ) -> int:
-    fresh = store.drop_known(con, batch.records)
-    parsed = parse_records(fresh, opts, line_id_base=next_id, carry=carry)
+    context = context if context is not None else _Context()
+    # One entry twice in the input (overlapping exports concatenated) is one line, stored once.
+    records = batch.records.unique(_KEY, keep="first", maintain_order=True)
+    known = store.known_lines(con, records)
+    fresh = records.height - known.height
+    todo = records.head(0)
+    if fresh:
+        todo, ids = records, known
+        if context.records is not None and context.ids is not None:
+            todo, ids = pl.concat([context.records, records]), pl.concat([context.ids, known])
+        context.records = context.ids = None
+        parsed = parse_records(todo, opts, line_id_base=next_id, carry=carry)
+        if ids.height:
+            parsed = _without_known(parsed, ids, carry)
+    else:
+        if records.height:
+            context.records, context.ids = records.tail(CONTEXT_RECORDS), known
+            # The records skipped here break the chain the carry holds: it must not leap over them.
+            carry.last_ts.clear()
+            carry.last_head.clear()
+        parsed = parse_records(todo, opts, line_id_base=next_id, carry=carry)
     parsed, outside = _inside_window(parsed, window)
     counts = {
         "records": batch.records.height,
         "stored": parsed.lines.height,
-        "duplicates": batch.records.height - fresh.height,
+        "duplicates": batch.records.height - fresh,
         "skipped": batch.skipped + outside,
         "rejected": batch.rejects.height,
         "unrecognised": parsed.lines["event"].null_count(),
@@ -129,7 +204,20 @@ def _store_one(
     for key, value in counts.items():
         setattr(summary, key, getattr(summary, key) + value)
     summary.null_messages += batch.null_messages
-    return next_id + fresh.height
+    return next_id + todo.height
+
+
+def _without_known(parsed: Parsed, ids: pl.DataFrame, carry: StreamCarry) -> Parsed:
+    """Drop the lines parsed only as context; links to them point at their stored line_ids."""
+    pairs = parsed.lines.select("line_id", *_KEY).join(ids.rename({"line_id": "stored_id"}), on=_KEY)
+    old, new = pairs["line_id"], pairs["stored_id"]
+    lines = parsed.lines.join(ids.select(_KEY), on=_KEY, how="anti", maintain_order="left")
+    lines = lines.with_columns(pl.col("cont_of").replace(old, new))
+    events = parsed.events.join(lines.select("line_id"), on="line_id", how="semi", maintain_order="left")
+    mapping = dict(zip(old.to_list(), new.to_list(), strict=True))
+    for stream, head in carry.last_head.items():
+        carry.last_head[stream] = mapping.get(head, head)
+    return Parsed(lines=lines, events=events)
 
 
 def _inside_window(parsed: Parsed, window: Window) -> tuple[Parsed, int]:

@@ -6,10 +6,12 @@ Every batch is one transaction, so a killed ingest leaves whole batches only;
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import duckdb
@@ -91,27 +93,53 @@ def _events_ddl() -> str:
 # ------------------------------------------------------------------ opening
 
 
-def _friendly(exc: duckdb.Error, path: Path) -> DatabaseError:
+_LOCK_RETRY_S = 0.2
+
+
+def _is_lock_error(exc: duckdb.Error) -> bool:
+    return "could not set lock" in str(exc).lower()
+
+
+def _friendly(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: float = 0.0) -> DatabaseError:
     text = str(exc)
-    if "lock" in text.lower():
+    if _is_lock_error(exc) or "lock" in text.lower():
         pid = re.search(r"PID (\d+)", text)
+        if read_only:
+            # Readers share the lock, so whoever blocks a reader is writing.
+            who = f"PID {pid.group(1)}" if pid else "another process"
+            return DatabaseError(
+                f"database {path} is being written by {who} (an ingest?); try again when it finishes"
+            )
         who = f" (PID {pid.group(1)})" if pid else ""
+        waited = f", waited {waited_s:.0f}s" if waited_s >= 1 else ""
         return DatabaseError(
-            f"database {path} is in use by another process{who}; wait for it to finish or use another --db"
+            f"database {path} is in use by another process{who}, another ingest or a reader such as "
+            f"`pdforensics sql`{waited}; try again when it finishes or use another --db"
         )
     if "not a valid DuckDB database" in text or "Corrupt" in text or "corrupt" in text:
         return DatabaseError(f"{path} is not a readable pdforensics database (corrupt or not DuckDB)")
     if "Permission denied" in text or "Read-only file system" in text or "read-only" in text:
+        if read_only:
+            return DatabaseError(f"cannot read {path}: permission denied")
         return DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)")
     return DatabaseError(f"cannot open database {path}: {text.splitlines()[0]}")
 
 
-def open_db(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
-    """Open (and for writers, create and migrate) the database; errors become one-line messages."""
+def open_db(path: str | Path, read_only: bool = False, wait_s: float = 0.0) -> duckdb.DuckDBPyConnection:
+    """Open (and for writers, create and migrate) the database; errors become one-line messages.
+
+    `wait_s`: how long to keep retrying while another process holds the database's lock
+    (an ingest waits a little for a concurrent one instead of failing at once).
+    """
     path = Path(path)
-    if read_only and not path.exists():
-        raise DatabaseError(f"no database at {path}; run `pdforensics ingest` first (or pass --db)")
-    if not read_only:
+    if read_only:
+        if not path.exists():
+            raise DatabaseError(f"no database at {path}; run `pdforensics ingest` first (or pass --db)")
+        if not os.access(path, os.R_OK):
+            raise DatabaseError(f"cannot read {path}: permission denied")
+        if path.is_file() and path.stat().st_size == 0:
+            raise DatabaseError(f"{path} holds no pdforensics data yet; run `pdforensics ingest` first")
+    else:
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.exists():
             raise DatabaseError(f"cannot create {path}: folder {parent} does not exist")
@@ -119,10 +147,19 @@ def open_db(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
             not path.exists() and not os.access(parent, os.W_OK)
         ):
             raise DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)")
-    try:
-        con = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.Error as exc:
-        raise _friendly(exc, path) from None
+        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+            _create_atomically(path)
+    started = time.monotonic()
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only)
+            break
+        except duckdb.Error as exc:
+            waited = time.monotonic() - started
+            if _is_lock_error(exc) and waited < wait_s:
+                time.sleep(min(_LOCK_RETRY_S, wait_s - waited))
+                continue
+            raise _friendly(exc, path, read_only, waited) from None
     try:
         if read_only:
             check_version(con, path)
@@ -130,11 +167,57 @@ def open_db(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
             create_schema(con, path)
     except duckdb.Error as exc:
         con.close()
-        raise _friendly(exc, path) from None
+        raise _friendly(exc, path, read_only) from None
     except DatabaseError:
         con.close()
         raise
     return con
+
+
+def _create_atomically(path: Path) -> None:
+    """Create a new database beside `path` and move it into place with its schema.
+
+    DuckDB writes a new file in several steps; an ingest killed among them used to leave an
+    empty or headerless file that no later run could open. Built aside and renamed, `path` is
+    either absent or a complete database. An empty file (such a leftover, or `touch`) holds no
+    evidence and is replaced. The folder's flock keeps two pdforensics processes from doing this
+    at once (flock, not fcntl: it cannot release DuckDB's own locks on the file).
+    """
+    parent = path.parent if str(path.parent) else Path(".")
+    tmp = parent / f".{path.name}.creating-{os.getpid()}-{time.monotonic_ns()}"
+    with _folder_lock(parent):
+        if path.exists() and not (path.is_file() and path.stat().st_size == 0):
+            return  # another process created it meanwhile
+        try:
+            con = duckdb.connect(str(tmp))
+            try:
+                create_schema(con, path)
+            finally:
+                con.close()
+            os.replace(tmp, path)
+        except duckdb.Error as exc:
+            raise _friendly(exc, path) from None
+        except OSError as exc:
+            raise DatabaseError(f"cannot create {path}: {exc.strerror or exc}") from None
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+                with suppress(OSError):
+                    leftover.unlink()
+
+
+@contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield  # best effort: a folder we cannot open for locking (rare) is created without it
+        return
+    try:
+        with suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
@@ -144,7 +227,23 @@ def stored_version(con: duckdb.DuckDBPyConnection) -> int | None:
     if not has_meta or not has_meta[0]:
         return None
     row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    return int(row[0]) if row else None
+    if not row:
+        return None
+    try:
+        return int(row[0])
+    except (TypeError, ValueError):
+        raise DatabaseError(f"unreadable schema version {row[0]!r} in the database's meta table") from None
+
+
+def _migratable(version: int) -> bool:
+    return all(v in MIGRATIONS for v in range(version, SCHEMA_VERSION))
+
+
+def _too_old(path: Path | str, version: int) -> DatabaseError:
+    return DatabaseError(
+        f"{path} was written by an older pdforensics (schema {version}, this is {SCHEMA_VERSION}) "
+        "that this version cannot migrate; ingest the logs again into a new --db"
+    )
 
 
 def check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -159,12 +258,15 @@ def check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             f"{path} was written by a newer pdforensics (schema {version}, this is {SCHEMA_VERSION}); upgrade"
         )
     if version < SCHEMA_VERSION:
+        if not _migratable(version):
+            raise _too_old(path, version)
         raise DatabaseError(
             f"{path} has schema {version}; run `pdforensics ingest --db {path}` once to migrate it"
         )
 
 
-# Migrations from an older schema version to the next: {from_version: [sql, ...]}.
+# Migrations from an older schema version to the next: {from_version: [sql, ...]}. A version with
+# no path to SCHEMA_VERSION here is refused with a message, never half-migrated.
 MIGRATIONS: dict[int, list[str]] = {}
 
 
@@ -180,15 +282,17 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | str = "") -> None
         raise DatabaseError(
             f"{path} was written by a newer pdforensics (schema {version}, this is {SCHEMA_VERSION}); upgrade"
         )
-    con.execute("BEGIN")
-    for ddl in [*META_DDL, LINES_DDL, _events_ddl()]:
-        con.execute(ddl)
-    while version is not None and version < SCHEMA_VERSION:
-        for sql in MIGRATIONS[version]:
-            con.execute(sql)
-        version += 1
-    con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-    con.execute("COMMIT")
+    elif version < SCHEMA_VERSION and not _migratable(version):
+        raise _too_old(path, version)
+    # One transaction: a migration that fails (or is killed) leaves the old schema as it was.
+    with transaction(con):
+        for ddl in [*META_DDL, LINES_DDL, _events_ddl()]:
+            con.execute(ddl)
+        while version is not None and version < SCHEMA_VERSION:
+            for sql in MIGRATIONS[version]:
+                con.execute(sql)
+            version += 1
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
 
 
 # ------------------------------------------------------------------ loading
@@ -201,6 +305,9 @@ def next_line_id(con: duckdb.DuckDBPyConnection) -> int:
 
 def begin_ingest(con: duckdb.DuckDBPyConnection, sources: str, readers: str, units: str,
                  since_us: int | None, until_us: int | None) -> int:  # fmt: skip
+    # This connection holds the database's write lock, so a run still marked 'running' is one
+    # that was killed (kill -9, power loss): say so instead of leaving it running forever.
+    con.execute("UPDATE ingests SET status = 'interrupted' WHERE status = 'running'")
     row = con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM ingests").fetchone()
     ingest_id = int(row[0]) if row else 1
     con.execute(
@@ -219,9 +326,20 @@ def finish_ingest(con: duckdb.DuckDBPyConnection, ingest_id: int, status: str, r
 
 
 def drop_known(con: duckdb.DuckDBPyConnection, records: pl.DataFrame) -> pl.DataFrame:
-    """Records not stored yet. Looks up only each source's seq range, so zone maps keep it cheap."""
-    if records.height == 0:
+    """Records not stored yet."""
+    known = known_lines(con, records)
+    if not known.height:
         return records
+    return records.join(known, on=["source_key", "seq"], how="anti", maintain_order="left")
+
+
+def known_lines(con: duckdb.DuckDBPyConnection, records: pl.DataFrame) -> pl.DataFrame:
+    """`source_key, seq, line_id` of the records already stored.
+
+    Looks up only each source's seq range, so zone maps keep it cheap."""
+    empty = pl.DataFrame(schema={"source_key": pl.String(), "seq": pl.Int64(), "line_id": pl.Int64()})
+    if records.height == 0:
+        return empty
     ranges = records.group_by("source_key").agg(
         pl.col("seq").min().alias("lo"), pl.col("seq").max().alias("hi")
     )
@@ -229,14 +347,15 @@ def drop_known(con: duckdb.DuckDBPyConnection, records: pl.DataFrame) -> pl.Data
     for key, lo, hi in ranges.iter_rows():
         got = query_pl(
             con,
-            "SELECT source_key, seq FROM lines WHERE source_key = ? AND seq BETWEEN ? AND ?",
+            "SELECT source_key, seq, line_id FROM lines WHERE source_key = ? AND seq BETWEEN ? AND ?",
             [key, lo, hi],
         )
         if got.height:
             known.append(got)
     if not known:
-        return records
-    return records.join(pl.concat(known), on=["source_key", "seq"], how="anti", maintain_order="left")
+        return empty
+    found = pl.concat(known).cast(empty.schema)  # type: ignore[arg-type]
+    return found.join(records.select("source_key", "seq"), on=["source_key", "seq"], how="semi")
 
 
 def query_pl(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
 import queue
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -32,6 +32,9 @@ LINE_SCHEMA = {"line": pl.String(), "off": pl.Int64()}
 # Bytes that never occur in text logs in practice; read_csv needs one absent from the chunk as its separator.
 _SEPARATORS = tuple(bytes([c]) for c in (0x1F, 0x1E, 0x1D, 0x1C, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06))
 _ESCAPES = {c: f"\\x{c:02x}" for c in [*range(32), 127]} | {9: "\\t", 10: "\\n", 13: "\\r"}
+# polars read_csv decompresses a buffer that starts like gzip, zlib or zstd data ("x^..." is zlib to it):
+# a chunk of text that happens to start so takes the exact path instead.
+_LOOKS_COMPRESSED = (b"\x1f\x8b", b"x\x01", b"x^", b"x\x9c", b"x\xda", b"(\xb5/\xfd")
 
 
 def check_file(path: Path) -> Path:
@@ -42,6 +45,10 @@ def check_file(path: Path) -> Path:
         raise SourceError(f"{path} is a directory (use --directory for a journal directory)")
     if not os.access(path, os.R_OK):
         raise SourceError(f"{path}: permission denied")
+    if not path.is_file():
+        # A pipe (`--file <(journalctl ...)`, /dev/stdin) can be read once only, and the readers
+        # read a file's head (format, identity) before its body.
+        raise SourceError(f"{path} is not a regular file (a pipe?); save it to a file first and pass that")
     return path
 
 
@@ -55,13 +62,126 @@ def open_stream(path: Path) -> BinaryIO:
         raise SourceError(f"{path}: {e.strerror or e}") from e
     if f.read(2) == GZIP_MAGIC:
         f.seek(0)
-        return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+        return GunzipStream(f)  # type: ignore[return-value]
     f.seek(0)
     return f
 
 
+class GunzipStream:
+    """gzip decompression that keeps every byte before damage (gzip.GzipFile loses its last read).
+
+    A log.gz cut short (copied while being written, a full disk) or with a damaged block yields
+    the text before the damage, then ends; `error` says what happened and `offset` where (in
+    decompressed bytes), for the reader to report as a reject. Several members, and zero padding
+    after the last, are read as gzip does. Output is produced 1 MiB at a time: a small, highly
+    compressed file cannot inflate past that per read.
+    """
+
+    _IN = 64 << 10
+    _OUT = 1 << 20
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.error: str | None = None
+        self.offset = 0  # decompressed bytes handed out
+        self._z = zlib.decompressobj(wbits=31)
+        self._pending = b""  # compressed bytes not yet given to the decompressor
+        self._in_member = False
+        self._out: list[bytes] = []  # decompressed, not handed out yet (from _pos in the first)
+        self._pos = 0
+        self._have = 0
+        self._done = False
+
+    def read(self, n: int = -1) -> bytes:
+        while (n < 0 or self._have < n) and not self._done:
+            self._step()
+        want = self._have if n < 0 else min(n, self._have)
+        parts, got = [], 0
+        while got < want:  # copy only what is handed out: small reads stay cheap
+            piece = self._out[0]
+            take = min(len(piece) - self._pos, want - got)
+            parts.append(piece[self._pos : self._pos + take] if take < len(piece) else piece)
+            self._pos += take
+            if self._pos == len(piece):
+                self._out.pop(0)
+                self._pos = 0
+            got += take
+        self._have -= got
+        self.offset += got
+        return b"".join(parts)
+
+    def _emit(self, data: bytes) -> None:
+        if data:
+            self._out.append(data)
+            self._have += len(data)
+
+    def _step(self) -> None:
+        data = self._z.unconsumed_tail or self._pending or self.raw.read(self._IN)
+        self._pending = b""
+        if not data:
+            if self._in_member:
+                self._emit(self._z.flush())  # output zlib held back when the last read filled _OUT
+                if not self._z.eof:
+                    self.error = "compressed file ends before its end (truncated)"
+            self._done = True
+            return
+        if not self._in_member:
+            data = data.lstrip(b"\x00")  # zero padding after the last member is allowed
+            if not data:
+                return
+            if not data.startswith(GZIP_MAGIC[: len(data)]):
+                self.error = "data after the end of the compressed stream is not gzip"
+                self._done = True
+                return
+            self._in_member = True
+        before = self._z.copy()
+        try:
+            self._emit(self._z.decompress(data, self._OUT))
+        except zlib.error as e:
+            self._emit(_inflate_until_error(before, data, self._OUT))
+            self.error = f"compressed data damaged ({e})"
+            self._done = True
+            return
+        if self._z.eof:  # end of one member; the rest may be another member
+            self._pending = self._z.unused_data
+            self._z = zlib.decompressobj(wbits=31)
+            self._in_member = False
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> GunzipStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _inflate_until_error(z: zlib._Decompress, data: bytes, limit: int, step: int = 256) -> bytes:
+    """What `z` outputs for `data` fed a little at a time, up to the damage that stopped it."""
+    out = bytearray()
+    for i in range(0, len(data), step):
+        try:
+            out += z.decompress(data[i : i + step], max(limit - len(out), 1))
+        except zlib.error:
+            break
+        if len(out) >= limit:
+            break
+    return bytes(out)
+
+
+def stream_problem(stream: object, source: str) -> RecordBatch | None:
+    """A reject for a compressed stream that ended at damage (see GunzipStream), else None."""
+    error = getattr(stream, "error", None)
+    if not error:
+        return None
+    offset = getattr(stream, "offset", 0)
+    reason = f"{error}; the rest of the file is unreadable"
+    return RecordBatch(rejects=rejects_frame([(source, f"byte {offset}", reason, "")]))
+
+
 def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
-    """The first n decompressed bytes (a damaged gzip yields what could be read, then SourceError)."""
+    """The first n decompressed bytes (a damaged gzip yields what could be read)."""
     with open_stream(path) as s:
         try:
             return s.read(n)
@@ -111,18 +231,21 @@ def split_lines(buf: bytes, base: int = 0) -> pl.DataFrame:
     if not buf:
         return pl.DataFrame(schema=LINE_SCHEMA)
     n_lines = buf.count(b"\n") + (not buf.endswith(b"\n"))
-    sep = next((s for s in _SEPARATORS if s not in buf), None)
+    sep = None if buf.startswith(_LOOKS_COMPRESSED) else next((s for s in _SEPARATORS if s not in buf), None)
     if sep is not None:
-        frame = pl.read_csv(
-            buf,
-            has_header=False,
-            separator=sep.decode(),
-            quote_char=None,
-            new_columns=["line"],
-            infer_schema=False,
-            encoding="utf8-lossy",
-            raise_if_empty=False,
-        )
+        try:
+            frame = pl.read_csv(
+                buf,
+                has_header=False,
+                separator=sep.decode(),
+                quote_char=None,
+                new_columns=["line"],
+                infer_schema=False,
+                encoding="utf8-lossy",
+                raise_if_empty=False,
+            )
+        except (OSError, pl.exceptions.PolarsError):  # another sniffing surprise: the exact path below
+            frame = pl.DataFrame(schema={"line": pl.String()})
         if frame.height == n_lines:
             lines = frame.to_series()
             if _lossless(buf):

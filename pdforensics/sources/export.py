@@ -39,6 +39,7 @@ from pdforensics.sources._common import (
     rejects_frame,
     split_batch,
     split_lines,
+    stream_problem,
 )
 from pdforensics.sources._records import FIELDS, RAW_SCHEMA, ensure_raw, journal_records
 
@@ -104,6 +105,8 @@ class ExportParser:
                 pos = start  # emitted: a carry-over starts at the binary entry, not before it
             if header < 0:
                 end = _resync(buf, q)
+                if end == n and not eof and n - start < MAX_CARRY:
+                    break  # where the damaged entry ends is in the next chunk: decide then
                 rejects.append(self._reject(base + start, "NUL byte outside a binary field", buf[start:end]))
                 pos = end
                 continue
@@ -183,10 +186,23 @@ def _resync(buf: bytes, at: int) -> int:
     return len(buf) if nxt < 0 else nxt + 2
 
 
+# A damaged entry is skipped up to the next entry boundary. When that boundary is not in the chunk
+# yet, the entry is carried into the next chunk (so chunk sizes never change what is read), up to
+# this size; past it the damage is rejected in pieces, keeping memory bounded.
+MAX_CARRY = 4 * CHUNK_BYTES
+
+
 def _parse_entry(buf: bytes, start: int, eof: bool) -> tuple[dict[str, object], int, str]:
     """Exact parse of one entry: (wanted fields, end offset, problem); problem "" = ok, "more" = need data."""
     values: dict[str, list[bytes]] = {}
     n, p = len(buf), start
+
+    def damaged(at: int, problem: str) -> tuple[dict[str, object], int, str]:
+        end = _resync(buf, at)
+        if end == n and not eof and n - start < MAX_CARRY:
+            return {}, n, "more"  # the entry's end is in the next chunk
+        return {}, end, problem
+
     while True:
         nl = buf.find(b"\n", p)
         if nl < 0:
@@ -205,17 +221,17 @@ def _parse_entry(buf: bytes, start: int, eof: bool) -> tuple[dict[str, object], 
             name = buf[p:nl]
             label = name.decode("ascii", "replace")
             if not _NAME.fullmatch(name):
-                return {}, _resync(buf, p), "line without '=' that is not a field name"
+                return damaged(p, "line without '=' that is not a field name")
             if nl + 9 > n:
                 return {}, n, "more" if not eof else f"binary field {label} is cut off at end of input"
             (size,) = struct.unpack_from("<Q", buf, nl + 1)
             if size > MAX_FIELD_BYTES:
-                return {}, _resync(buf, nl + 9), f"binary field {label} has an impossible length {size}"
+                return damaged(nl + 9, f"binary field {label} has an impossible length {size}")
             data_end = nl + 9 + size
             if data_end >= n:
                 return {}, n, "more" if not eof else f"binary field {label} runs past end of input"
             if buf[data_end] != 0x0A:
-                return {}, _resync(buf, data_end), f"binary field {label} is not followed by a newline"
+                return damaged(data_end, f"binary field {label} is not followed by a newline")
             value, p = buf[nl + 9 : data_end], data_end + 1
         key = name.decode("ascii", "replace")
         if key in _WANTED:
@@ -243,6 +259,8 @@ class ExportFileSource:
             with open_stream(self.path) as stream:
                 parser = ExportParser(stream, self.label, self.chunk_bytes, str(self.path))
                 yield from export_batches(parser, selection, batch_size, self.label, key, stopped)
+                if not stopped() and (problem := stream_problem(stream, self.label)):
+                    yield problem
 
         return in_background(produce)
 

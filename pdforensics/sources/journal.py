@@ -16,12 +16,15 @@ exactly, per record. Unit globs select in polars over all entries read (see _rec
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +32,7 @@ import polars as pl
 
 from pdforensics.errors import SourceError
 from pdforensics.sources import RecordBatch, Selection
-from pdforensics.sources._common import in_background, split_batch
+from pdforensics.sources._common import JOURNAL_MAGIC, in_background, rejects_frame, split_batch
 from pdforensics.sources._records import ENTRY_FIELDS, journal_records
 from pdforensics.sources.export import ExportParser, export_batches
 
@@ -167,22 +170,30 @@ class JournalSource:
         read = self._python_batches if self.reader == "python-systemd" else self._journalctl_batches
 
         def produce(stopped: Callable[[], bool]) -> Iterator[RecordBatch]:
-            selected = 0
-            for batch in read(selection, batch_size, stopped):
-                selected += batch.records.height
-                yield batch
+            selected = seen = 0
+            problems: list[tuple[str, str, str, str]] = []
+            with _readable_copies(self.files, self.label, problems) as (files, headers):
+                for batch in read(selection, batch_size, stopped, files, problems):
+                    selected += batch.records.height
+                    seen += batch.records.height + batch.skipped + batch.rejects.height
+                    yield batch
+                if not stopped():
+                    problems += _unread_entries(self.label, headers, seen, selection)
+            if problems:
+                yield RecordBatch(rejects=rejects_frame(problems))
             if self.kind == "local" and not selected and not privileged():
                 raise SourceError(f"no journal entries visible to this user; {GROUP_HINT}")
 
         return in_background(produce)
 
-    def _open(self) -> Any:
+    def _open(self, files: Sequence[Path] | None = None) -> Any:
         assert _sd_journal is not None
+        files = self.files if files is None else files
         try:
             if self.kind == "local":
                 j = _sd_journal._Reader()
             else:
-                j = _sd_journal._Reader(flags=0, files=[str(p) for p in self.files])
+                j = _sd_journal._Reader(flags=0, files=[str(p) for p in files])
         except PermissionError as e:
             raise SourceError(f"{self.label}: permission denied; {GROUP_HINT}") from e
         except OSError as e:
@@ -191,26 +202,36 @@ class JournalSource:
         return j
 
     def _python_batches(
-        self, selection: Selection, batch_size: int, stopped: Callable[[], bool]
+        self,
+        selection: Selection,
+        batch_size: int,
+        stopped: Callable[[], bool],
+        files: Sequence[Path] | None = None,
+        problems: list[tuple[str, str, str, str]] | None = None,
     ) -> Iterator[RecordBatch]:
-        j = self._open()
+        j = self._open(files)
         try:
             if selection.window.since_us is not None:
                 j.seek_realtime(max(selection.window.since_us, 0))
             more = True
             while more and not stopped():
-                try:
-                    raw, more = _read_block(j, batch_size, selection.window.until_us)
-                except OSError as e:
-                    raise SourceError(f"{self.label}: journal read failed: {e.strerror or e}") from e
+                raw, more, error = _read_block(j, batch_size, selection.window.until_us)
                 if raw.height:
                     yield from split_batch(journal_records(raw, selection, source=self.label), batch_size)
+                if error is not None:
+                    if problems is None:
+                        raise SourceError(f"{self.label}: journal read failed: {error.strerror or error}")
+                    # A damaged file: keep what was read, say that reading stopped.
+                    problems.append(
+                        (self.label, "?", f"journal read stopped early: {error.strerror or error}", "")
+                    )
+                    return
         finally:
             j.close()
 
-    def journalctl_command(self, selection: Selection) -> list[str]:
+    def journalctl_command(self, selection: Selection, files: Sequence[Path] | None = None) -> list[str]:
         cmd = [self.journalctl, "--all", "--utc", "--no-pager", "-o", "export"]
-        for p in self.files:
+        for p in self.files if files is None else files:
             cmd += ["--file", str(p)]
         w = selection.window
         # journalctl's --until is inclusive and both bounds are exact to the µs; records are
@@ -222,15 +243,24 @@ class JournalSource:
         return cmd
 
     def _journalctl_batches(
-        self, selection: Selection, batch_size: int, stopped: Callable[[], bool]
+        self,
+        selection: Selection,
+        batch_size: int,
+        stopped: Callable[[], bool],
+        files: Sequence[Path] | None = None,
+        problems: list[tuple[str, str, str, str]] | None = None,
     ) -> Iterator[RecordBatch]:
         with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(self.journalctl_command(selection), stdout=subprocess.PIPE, stderr=err)
+            cmd = self.journalctl_command(selection, files)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
             assert proc.stdout is not None
             finished = False
+            read = 0
             try:
                 parser = ExportParser(proc.stdout, self.label, name="journalctl")
-                yield from export_batches(parser, selection, batch_size, self.label, None, stopped)
+                for batch in export_batches(parser, selection, batch_size, self.label, None, stopped):
+                    read += batch.records.height + batch.skipped
+                    yield batch
                 finished = not stopped()
             finally:
                 if proc.poll() is None:
@@ -241,8 +271,119 @@ class JournalSource:
                 err.seek(0)
                 lines = err.read().decode("utf-8", "replace").strip().splitlines()
                 msg = lines[-1] if lines else f"exit status {rc}"
+                if read and problems is not None and "ermission" not in msg:
+                    # It failed part-way (a damaged entry): keep what it printed, say it stopped.
+                    problems.append((self.label, "journalctl", f"journalctl stopped early: {msg}", ""))
+                    return
                 hint = f"; {GROUP_HINT}" if "ermission" in msg else ""
                 raise SourceError(f"journalctl failed: {msg}{hint}")
+
+
+# -- damaged journal files: read what is readable, count what is not ---------------------------------
+
+# sd_journal's file header (systemd src/libsystemd/sd-journal/journal-def.h): file_id at 24, header_size
+# and arena_size at 88, n_entries at 152, head/tail entry realtime at 184.
+_HEADER_BYTES = 208
+_MAX_DECLARED = 64 << 30  # a larger declared size is a damaged header, not a journal file
+
+
+@dataclass(frozen=True)
+class JournalHeader:
+    path: Path
+    file_id: bytes
+    size: int  # bytes on disk
+    declared: int  # header_size + arena_size: what the file should hold
+    n_entries: int
+    head_realtime: int
+    tail_realtime: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.size < self.declared
+
+
+def read_header(path: Path) -> JournalHeader | None:
+    """The header of a journal file, or None when it is not a plausible one (sd_journal decides then)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEADER_BYTES)
+            size = os.fstat(f.fileno()).st_size
+    except OSError:
+        return None
+    if len(head) < _HEADER_BYTES or not head.startswith(JOURNAL_MAGIC):
+        return None
+    file_id = head[24:40]
+    header_size, arena_size = struct.unpack_from("<QQ", head, 88)
+    (n_entries,) = struct.unpack_from("<Q", head, 152)
+    head_rt, tail_rt = struct.unpack_from("<QQ", head, 184)
+    declared = header_size + arena_size
+    if not (_HEADER_BYTES <= header_size <= 4096 and declared <= _MAX_DECLARED and header_size <= size):
+        return None
+    return JournalHeader(path, file_id, size, declared, n_entries, head_rt, tail_rt)
+
+
+@contextlib.contextmanager
+def _readable_copies(
+    files: Sequence[Path], label: str, problems: list[tuple[str, str, str, str]]
+) -> Iterator[tuple[list[Path], list[JournalHeader]]]:
+    """The files to hand to sd_journal/journalctl, and their headers.
+
+    A truncated file (shorter than its header says: a copy cut short, a full disk) is refused by
+    sd_journal as a whole. A sparse copy padded with zeros to the declared size opens, and
+    sd_journal then reads every entry before the cut and skips the rest; the cut is reported.
+    """
+    headers = [h for h in (read_header(f) for f in files) if h is not None]
+    cut = [h for h in headers if h.truncated]
+    if not cut:
+        yield list(files), headers
+        return
+    with tempfile.TemporaryDirectory(prefix="pdforensics-journal-") as tmp:
+        swap: dict[Path, Path] = {}
+        for i, h in enumerate(cut):
+            copy = Path(tmp) / f"{i}-{h.path.name}"
+            try:
+                shutil.copyfile(h.path, copy)
+                with open(copy, "r+b") as f:
+                    f.truncate(h.declared)  # sparse: the padding costs no disk
+            except OSError:
+                continue  # no room for the copy: sd_journal refuses the original, as before
+            swap[h.path] = copy
+            problems.append(
+                (label, str(h.path), f"journal file truncated: {h.size:,} of {h.declared:,} bytes", "")
+            )
+        yield [swap.get(f, f) for f in files], headers
+
+
+def _unread_entries(
+    label: str, headers: list[JournalHeader], seen: int, selection: Selection
+) -> list[tuple[str, str, str, str]]:
+    """A reject when the files' headers count more entries than were read (damaged files).
+
+    Only comparable when the window covers every file whole: otherwise entries outside it are
+    never visited. Copies of one file (same file id) count once, as sd_journal reads them once.
+    """
+    if not headers:
+        return []
+    w = selection.window
+    firsts = [h.head_realtime for h in headers if h.n_entries]
+    lasts = [h.tail_realtime for h in headers if h.n_entries]
+    if not firsts:
+        return []
+    if (w.since_us is not None and w.since_us > min(firsts)) or (
+        w.until_us is not None and w.until_us <= max(lasts)
+    ):
+        return []
+    per_file: dict[bytes, int] = {}
+    for h in headers:
+        per_file[h.file_id] = max(per_file.get(h.file_id, 0), h.n_entries)
+    expected = sum(per_file.values())
+    if seen >= expected:
+        return []
+    reason = (
+        f"{expected - seen:,} of {expected:,} journal entries unreadable (damaged file; "
+        "`journalctl --verify --file FILE` shows where)"
+    )
+    return [(label, "journal files", reason, "")]
 
 
 def _at(us: int) -> str:
@@ -251,11 +392,12 @@ def _at(us: int) -> str:
     return f"@{us // 1_000_000}.{us % 1_000_000:06d}"
 
 
-def _read_block(j: Any, limit: int, until_us: int | None) -> tuple[pl.DataFrame, bool]:
-    """Copy up to `limit` entries' fields into column lists; (raw frame, more entries may follow).
+def _read_block(j: Any, limit: int, until_us: int | None) -> tuple[pl.DataFrame, bool, OSError | None]:
+    """Copy up to `limit` entries' fields into column lists: (raw frame, more may follow, read error).
 
     Hot loop: locals only, unrolled per field, one `_get_all` dict per entry, nothing else.
     (Pausing the GC looked ~12% faster in isolation but was not faster inside the reader; dropped.)
+    A read error (a damaged file) ends the block with the entries read before it.
     """
     (k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14) = ENTRY_FIELDS
     cols: list[list[Any]] = [[] for _ in ENTRY_FIELDS]
@@ -264,35 +406,39 @@ def _read_block(j: Any, limit: int, until_us: int | None) -> tuple[pl.DataFrame,
     ac = cursors.append
     nx, get_all, get_cursor, get_rt = j._next, j._get_all, j._get_cursor, j._get_realtime
     more = True
-    while more and len(cursors) < limit:
-        for _ in range(min(_UNTIL_CHECK, limit - len(cursors))):
-            if not nx():
+    error: OSError | None = None
+    try:
+        while more and len(cursors) < limit:
+            for _ in range(min(_UNTIL_CHECK, limit - len(cursors))):
+                if not nx():
+                    more = False
+                    break
+                g = get_all().get
+                ac(get_cursor())
+                a0(g(k0))
+                a1(g(k1))
+                a2(g(k2))
+                a3(g(k3))
+                a4(g(k4))
+                a5(g(k5))
+                a6(g(k6))
+                a7(g(k7))
+                a8(g(k8))
+                a9(g(k9))
+                a10(g(k10))
+                a11(g(k11))
+                a12(g(k12))
+                a13(g(k13))
+                a14(g(k14))
+            if more and until_us is not None and cursors and get_rt() >= until_us:
                 more = False
-                break
-            g = get_all().get
-            ac(get_cursor())
-            a0(g(k0))
-            a1(g(k1))
-            a2(g(k2))
-            a3(g(k3))
-            a4(g(k4))
-            a5(g(k5))
-            a6(g(k6))
-            a7(g(k7))
-            a8(g(k8))
-            a9(g(k9))
-            a10(g(k10))
-            a11(g(k11))
-            a12(g(k12))
-            a13(g(k13))
-            a14(g(k14))
-        if more and until_us is not None and cursors and get_rt() >= until_us:
-            more = False
+    except OSError as e:  # raised by _next/_get_all/_get_cursor, before an entry's appends
+        error, more = e, False
     frame = pl.DataFrame(
         {"__CURSOR": pl.Series(cursors, dtype=pl.String)}
         | {name: _text_column(col, name == "MESSAGE") for name, col in zip(ENTRY_FIELDS, cols, strict=True)}
     )
-    return frame, more
+    return frame, more, error
 
 
 def _text_column(values: list[Any], join: bool) -> pl.Series:

@@ -38,6 +38,7 @@ from pdforensics.sources._common import (
     rejects_frame,
     split_batch,
     split_lines,
+    stream_problem,
 )
 from pdforensics.sources._records import FIELDS, RAW_SCHEMA, ensure_raw, journal_records
 
@@ -76,6 +77,8 @@ class JsonLinesSource:
                     yield from split_batch(batch, batch_size)
                     if stopped():
                         return
+                if problem := stream_problem(stream, self.label):
+                    yield problem
 
         return in_background(produce)
 

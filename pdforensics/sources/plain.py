@@ -33,6 +33,7 @@ from pdforensics.sources._common import (
     rejects_frame,
     split_batch,
     split_lines,
+    stream_problem,
 )
 
 MAX_LINE_BYTES = 1 << 20
@@ -81,6 +82,8 @@ class PlainFileSource:
                     yield from split_batch(self._batch(buf, base, long), batch_size)
                     if stopped():
                         return
+                if problem := stream_problem(stream, self.label):
+                    yield problem
 
         return in_background(produce)
 

@@ -1,0 +1,667 @@
+"""`python -m pdforensics.bench`: how ingest stands against `grep`, `journalctl` and python-systemd.
+
+    python -m pdforensics.bench                          # 1M and 10M lines, 3 runs each
+    python -m pdforensics.bench --sizes 1M --runs 5
+    python -m pdforensics.bench --quick                  # a smoke run in seconds (what the test runs)
+
+For each size the simulator writes one incident (`decode_restart_old_build`, scaled to about that
+many lines) twice: as plain per-unit SGLang logs and as a `.journal` (its Journal Export Format
+output through `systemd-journal-remote`). Inputs are cached in `--dir`, keyed by size, so a rerun
+only measures. Then, in each of `--runs` rounds (measurements interleaved, so a load spike on this
+shared machine hits every tool alike):
+
+* plain: `pdforensics` ingest of the log files into a fresh DuckDB file, the same ingest again
+  (an unchanged window: everything is already stored), and `grep -cE PATTERN` over the same files;
+* journal: ingest of the `.journal` files, the re-ingest, `journalctl --file ... -o json` and
+  `-o export` into /dev/null, and a python-systemd `Reader` loop over every entry.
+
+Every measured command runs in its own process: its wall time, CPU time (user + system) and peak
+RSS come from `wait4`; ingest figures are the `ingest()` call itself (`views=False`), timed inside
+the child, without interpreter start-up and catalog loading (reported apart). Last, on the largest
+size's plain-ingest database: installing the classification views, `verdict.compute_verdict` and
+`report.write_report`. Each figure is the median over the runs, with the 1-minute load average
+taken before each measurement. The table goes to stdout (Markdown) and everything to `--out` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCENARIO = "decode_restart_old_build"
+NOW_US = 1_796_040_600_000_000  # 2026-11-30 12:10:00 UTC: fixed, so cached inputs stay valid
+SEED = 7
+GREP_PATTERN = "Prefill batch|Decode batch|bootstrap_room"
+JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")
+DEFAULT_OUT = Path("bench/results/bench.json")
+
+# The issue's targets on the 2-core machine: (figure, comparison, bound).
+TARGETS: dict[str, tuple[str, float]] = {
+    "plain_lines_per_s": (">=", 1_000_000),
+    "plain_vs_grep_x": ("<=", 10),
+    "journal_entries_per_s": (">=", 250_000),
+    "journal_vs_journalctl_export": (">=", 1),
+    "plain_peak_rss_mb": ("<", 1536),
+    "journal_peak_rss_mb": ("<", 1536),
+    "plain_reingest_share": ("<", 0.05),
+    "journal_reingest_share": ("<", 0.05),
+    "verdict_s": ("<", 3),
+    "report_s": ("<", 15),
+}
+
+
+# ------------------------------------------------------------------ processes
+
+
+@dataclass
+class Proc:
+    wall_s: float
+    cpu_s: float  # user + system of the child (and children it waited for)
+    rss_mb: float  # peak resident set size
+    out: str
+    load: float  # 1-minute load average just before it started
+
+
+def spawn(cmd: list[str], capture: bool = True) -> Proc:
+    """Run `cmd`, returning its own wall/CPU time and peak RSS (wait4: per child, not cumulative).
+
+    stdout is captured (children print JSON) or thrown away (`journalctl ... > /dev/null`).
+    """
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryFile() as err, open(os.devnull, "wb") as null:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if capture else null, stderr=err)
+        out = proc.stdout.read() if proc.stdout else b""
+        _, status, usage = os.wait4(proc.pid, 0)  # not proc.wait(): that would hide the rusage
+        wall = time.perf_counter() - started
+        if proc.stdout:
+            proc.stdout.close()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise RuntimeError(
+                f"{' '.join(cmd[:5])} ... failed ({proc.returncode}): {err.read().decode()[-2000:]}"
+            )
+    return Proc(
+        wall_s=wall,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        rss_mb=usage.ru_maxrss / 1024,
+        out=out.decode(),
+        load=load,
+    )
+
+
+def child(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pdforensics.bench", "--child", *args]
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", text.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 2k, 1M, 10M)")
+    return int(float(m.group(1)) * {"": 1, "k": 1_000, "m": 1_000_000}[m.group(2).lower()])
+
+
+def size_label(n: int) -> str:
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    if n >= 1_000 and n % 1_000 == 0:
+        return f"{n // 1_000}k"
+    return str(n)
+
+
+def _done(d: Path) -> bool:
+    return (d / "DONE").exists()
+
+
+def _line_count(paths: list[Path]) -> tuple[int, int]:
+    lines = size = 0
+    for p in paths:
+        size += p.stat().st_size
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 24):
+                lines += chunk.count(b"\n")
+    return lines, size
+
+
+def make_plain(work: Path, lines: int) -> list[Path]:
+    """The incident as plain logs of about `lines` lines; the scale that gave them is kept for the journal.
+
+    Lines grow a little slower than the simulator's scale, so the scale is corrected until the
+    count is within 5 % (plain output is cheap: ~100k lines/s).
+    """
+    from pdforensics.simulate import simulate_plain
+
+    d = work / f"plain-{size_label(lines)}"
+    if not _done(d):
+        shutil.rmtree(d, ignore_errors=True)
+        scale = max(lines / _lines_per_scale(work), 0.05)
+        for _ in range(4):
+            simulate_plain(SCENARIO, d, now_us=NOW_US, seed=SEED, scale=scale)
+            got = _line_count(sorted((d / "plain").glob("*.log")))[0]
+            if abs(got / lines - 1) <= 0.05:
+                break
+            scale *= lines / got
+        (d / "scale.json").write_text(json.dumps({"scale": scale, "lines": got}))
+        (d / "DONE").touch()
+    return sorted((d / "plain").glob("*.log"))
+
+
+def _lines_per_scale(work: Path) -> float:
+    """Lines per unit of simulator scale, from the largest input made so far (about 100)."""
+    done = sorted(
+        (json.loads(p.read_text()) for p in work.glob("plain-*/scale.json")), key=lambda d: d["lines"]
+    )
+    return done[-1]["lines"] / done[-1]["scale"] if done else 100.0
+
+
+def _scale(work: Path, lines: int) -> float:
+    make_plain(work, lines)
+    return float(json.loads((work / f"plain-{size_label(lines)}" / "scale.json").read_text())["scale"])
+
+
+def make_journal(work: Path, lines: int) -> list[Path]:
+    """The same incident as a journal: simulator export -> systemd-journal-remote (export removed)."""
+    from pdforensics.simulate import simulate
+
+    d = work / f"journal-{size_label(lines)}"
+    if not _done(d):
+        shutil.rmtree(d, ignore_errors=True)
+        simulate(SCENARIO, d, now_us=NOW_US, seed=SEED, scale=_scale(work, lines), formats=("export",))
+        export = d / "journal.export"
+        with open(export, "rb") as f:
+            subprocess.run(
+                [str(JOURNAL_REMOTE), "-o", str(d / "incident.journal"), "-"],
+                stdin=f,
+                check=True,
+                capture_output=True,
+            )
+        export.unlink()  # 2x the journal's size, and nothing reads it again
+        (d / "DONE").touch()
+    return sorted(d.glob("*.journal"))  # journal-remote may rotate into several files
+
+
+# ------------------------------------------------------------------ children
+
+
+def _child_main(args: list[str]) -> None:
+    """Work done in a measured subprocess; prints one JSON object."""
+    what = args[0]
+    if what == "ingest":
+        _child_ingest(args[1], Path(args[2]), [Path(p) for p in args[3:]])
+    elif what == "reader":
+        _child_reader([Path(p) for p in args[1:]])
+    elif what == "verdict":
+        _child_verdict(Path(args[1]))
+    elif what == "report":
+        _child_report(Path(args[1]), Path(args[2]))
+    else:
+        raise SystemExit(f"unknown child task {what!r}")
+
+
+def _child_ingest(kind: str, db: Path, files: list[Path]) -> None:
+    t0 = time.perf_counter()
+    from pdforensics.catalog import load_catalog
+    from pdforensics.ingest import ingest
+    from pdforensics.sources import Selection, Source
+    from pdforensics.sources.journal import JournalSource
+    from pdforensics.sources.plain import PlainFileSource
+
+    catalog = load_catalog()
+    sources: list[Source] = (
+        [JournalSource("files", files)] if kind == "journal" else [PlainFileSource(p) for p in files]
+    )
+    startup = time.perf_counter() - t0
+    cpu = time.process_time()
+    s = ingest(db, sources, Selection(units=("*",)), catalog, views=False)
+    print(
+        json.dumps(
+            {
+                "records": s.records,
+                "stored": s.stored,
+                "duplicates": s.duplicates,
+                "elapsed_s": s.elapsed_s,
+                "cpu_s": time.process_time() - cpu,
+                "startup_s": startup,
+                "readers": s.readers,
+            }
+        )
+    )
+
+
+def _child_reader(files: list[Path]) -> None:
+    """What a Python tool on python-systemd does: the high-level Reader, every entry converted."""
+    from systemd import journal
+
+    reader = journal.Reader(files=[str(p) for p in files])
+    started, cpu = time.perf_counter(), time.process_time()
+    n = sum(1 for _ in reader)
+    print(
+        json.dumps(
+            {"entries": n, "elapsed_s": time.perf_counter() - started, "cpu_s": time.process_time() - cpu}
+        )
+    )
+
+
+def _child_verdict(db: Path) -> None:
+    from pdforensics import store
+    from pdforensics.verdict import compute_verdict, install_views
+
+    con = store.open_db(db)
+    try:
+        started = time.perf_counter()
+        install_views(con)
+        views = time.perf_counter() - started
+        started = time.perf_counter()
+        v = compute_verdict(con)
+        elapsed = time.perf_counter() - started
+        lines = con.execute("SELECT count(*) FROM lines").fetchone()
+    finally:
+        con.close()
+    print(
+        json.dumps(
+            {
+                "views_s": views,
+                "elapsed_s": elapsed,
+                "verdict": v.verdict,
+                "requests": v.counts["requests"],
+                "lines": lines[0] if lines else 0,
+            }
+        )
+    )
+
+
+def _child_report(db: Path, out: Path) -> None:
+    from pdforensics import store
+    from pdforensics.report import write_report
+    from pdforensics.verdict import VerdictOptions
+
+    con = store.open_db(db, read_only=True)
+    try:
+        started = time.perf_counter()
+        write_report(con, out, VerdictOptions())
+        elapsed = time.perf_counter() - started
+    finally:
+        con.close()
+    print(json.dumps({"elapsed_s": elapsed, "bytes": out.stat().st_size}))
+
+
+# ------------------------------------------------------------------ measuring
+
+
+@dataclass
+class Figure:
+    name: str
+    size: str
+    unit: str
+    label: str
+    runs: list[float] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs) if self.runs else float("nan")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "size": self.size,
+            "label": self.label,
+            "unit": self.unit,
+            "median": self.median,
+            "runs": self.runs,
+            "load_1min": self.loads,
+        }
+        if self.name in TARGETS:
+            op, bound = TARGETS[self.name]
+            out["target"] = f"{op} {bound:g}"
+            out["met"] = _meets(self.median, op, bound)
+        return out
+
+
+def _meets(value: float, op: str, bound: float) -> bool:
+    return {">=": value >= bound, "<=": value <= bound, "<": value < bound}[op]
+
+
+class Results:
+    def __init__(self) -> None:
+        self.figures: dict[tuple[str, str], Figure] = {}
+        self.inputs: dict[str, dict[str, Any]] = {}
+
+    def add(self, size: str, name: str, value: float, load: float, unit: str, label: str) -> None:
+        fig = self.figures.setdefault((size, name), Figure(name, size, unit, label))
+        fig.runs.append(value)
+        fig.loads.append(load)
+
+    def median(self, size: str, name: str) -> float:
+        return self.figures[(size, name)].median
+
+
+def measure_plain(res: Results, size: str, files: list[Path], db: Path) -> None:
+    """One round: ingest into a fresh DB, the same ingest again, and grep over the same files."""
+    lines = res.inputs[size]["plain_lines"]
+    for f in (db, db.with_name(db.name + ".wal")):
+        f.unlink(missing_ok=True)
+    first = spawn(child("ingest", "plain", str(db), *map(str, files)))
+    info = json.loads(first.out)
+    res.inputs[size]["plain_records"] = info["records"]
+    res.add(size, "plain_ingest_s", info["elapsed_s"], first.load, "s", "plain ingest, time")
+    res.add(
+        size, "plain_lines_per_s", info["records"] / info["elapsed_s"], first.load, "lines/s", "plain ingest"
+    )
+    res.add(size, "plain_cpu_s", info["cpu_s"], first.load, "s", "plain ingest, CPU time")
+    res.add(size, "plain_startup_s", info["startup_s"], first.load, "s", "plain ingest, start-up")
+    res.add(size, "plain_peak_rss_mb", first.rss_mb, first.load, "MB", "plain ingest, peak RSS")
+    grep = spawn(["grep", "-chE", GREP_PATTERN, *map(str, files)])
+    res.inputs[size]["grep_matches"] = sum(int(x) for x in grep.out.split())
+    res.add(size, "grep_s", grep.wall_s, grep.load, "s", "grep -cE, time")
+    res.add(size, "grep_cpu_s", grep.cpu_s, grep.load, "s", "grep -cE, CPU time")
+    res.add(size, "grep_lines_per_s", lines / grep.wall_s, grep.load, "lines/s", "grep -cE")
+    again = spawn(child("ingest", "plain", str(db), *map(str, files)))
+    info2 = json.loads(again.out)
+    assert info2["stored"] == 0, "re-ingest of an unchanged window stored lines"
+    res.add(size, "plain_reingest_s", info2["elapsed_s"], again.load, "s", "plain re-ingest, time")
+
+
+def measure_journal(res: Results, size: str, files: list[Path], db: Path) -> None:
+    for f in (db, db.with_name(db.name + ".wal")):
+        f.unlink(missing_ok=True)
+    first = spawn(child("ingest", "journal", str(db), *map(str, files)))
+    info = json.loads(first.out)
+    n = info["records"]
+    res.inputs[size]["journal_entries"] = n
+    res.inputs[size]["journal_reader"] = info["readers"]
+    res.add(size, "journal_ingest_s", info["elapsed_s"], first.load, "s", "journal ingest, time")
+    res.add(size, "journal_entries_per_s", n / info["elapsed_s"], first.load, "entries/s", "journal ingest")
+    res.add(size, "journal_cpu_s", info["cpu_s"], first.load, "s", "journal ingest, CPU time")
+    res.add(size, "journal_peak_rss_mb", first.rss_mb, first.load, "MB", "journal ingest, peak RSS")
+    file_args = [f"--file={p}" for p in files]
+    for fmt in ("json", "export"):
+        jc = spawn(["journalctl", "--no-pager", *file_args, "-o", fmt], capture=False)
+        res.add(
+            size, f"journalctl_{fmt}_s", jc.wall_s, jc.load, "s", f"journalctl -o {fmt} > /dev/null, time"
+        )
+        res.add(size, f"journalctl_{fmt}_per_s", n / jc.wall_s, jc.load, "entries/s", f"journalctl -o {fmt}")
+        res.add(size, f"journalctl_{fmt}_cpu_s", jc.cpu_s, jc.load, "s", f"journalctl -o {fmt}, CPU time")
+    rd = spawn(child("reader", *map(str, files)))
+    rinfo = json.loads(rd.out)
+    res.add(size, "reader_s", rinfo["elapsed_s"], rd.load, "s", "python-systemd Reader, time")
+    res.add(size, "reader_cpu_s", rinfo["cpu_s"], rd.load, "s", "python-systemd Reader, CPU time")
+    res.add(
+        size,
+        "reader_per_s",
+        rinfo["entries"] / rinfo["elapsed_s"],
+        rd.load,
+        "entries/s",
+        "python-systemd Reader",
+    )
+    again = spawn(child("ingest", "journal", str(db), *map(str, files)))
+    info2 = json.loads(again.out)
+    assert info2["stored"] == 0, "re-ingest of an unchanged window stored entries"
+    res.add(size, "journal_reingest_s", info2["elapsed_s"], again.load, "s", "journal re-ingest, time")
+
+
+def measure_verdict(res: Results, size: str, db: Path, report_out: Path) -> None:
+    v = spawn(child("verdict", str(db)))
+    info = json.loads(v.out)
+    res.inputs[size].update(verdict=info["verdict"], requests=info["requests"], db_lines=info["lines"])
+    res.add(size, "views_s", info["views_s"], v.load, "s", "install views")
+    res.add(size, "verdict_s", info["elapsed_s"], v.load, "s", "verdict (compute_verdict)")
+    r = spawn(child("report", str(db), str(report_out)))
+    rinfo = json.loads(r.out)
+    res.add(size, "report_s", rinfo["elapsed_s"], r.load, "s", "report (write_report)")
+    res.add(size, "report_peak_rss_mb", r.rss_mb, r.load, "MB", "report, peak RSS")
+
+
+def derive(res: Results, size: str) -> None:
+    """Ratios from the medians (a ratio of medians, so one slow run of either side cannot skew it)."""
+    have = {k for s, k in res.figures if s == size}
+    if not have:
+        return
+    loads = [x for (s, _), f in res.figures.items() if s == size for x in f.loads]
+    m = res.median
+    ratios = (
+        ("plain_vs_grep_x", "plain_ingest_s", "grep_s", "x", "plain ingest time / grep time"),
+        ("plain_reingest_share", "plain_reingest_s", "plain_ingest_s", "share", "plain re-ingest / first ingest"),
+        ("journal_vs_journalctl_json", "journal_entries_per_s", "journalctl_json_per_s", "x", "journal ingest speed / journalctl -o json"),
+        ("journal_vs_journalctl_export", "journal_entries_per_s", "journalctl_export_per_s", "x", "journal ingest speed / journalctl -o export"),
+        ("journal_vs_reader", "journal_entries_per_s", "reader_per_s", "x", "journal ingest speed / python-systemd Reader"),
+        ("journal_reingest_share", "journal_reingest_s", "journal_ingest_s", "share", "journal re-ingest / first ingest"),
+        # The same comparisons in CPU seconds: what a busy shared machine distorts least.
+        ("plain_vs_grep_cpu_x", "plain_cpu_s", "grep_cpu_s", "x", "plain ingest CPU / grep CPU"),
+        ("journal_vs_journalctl_export_cpu", "journalctl_export_cpu_s", "journal_cpu_s", "x", "journalctl -o export CPU / journal ingest CPU"),
+        ("journal_vs_reader_cpu", "reader_cpu_s", "journal_cpu_s", "x", "python-systemd Reader CPU / journal ingest CPU"),
+    )  # fmt: skip
+    for name, num, den, unit, label in ratios:
+        if num in have and den in have:
+            res.figures[(size, name)] = Figure(
+                name, size, unit, label, [m(size, num) / m(size, den)], [statistics.median(loads)]
+            )
+    for kind, unit in (("plain", "lines"), ("journal", "entries")):
+        count = res.inputs[size].get("plain_records" if kind == "plain" else "journal_entries")
+        if f"{kind}_cpu_s" in have and count:
+            name = f"{kind}_{unit}_per_cpu_s"
+            per = count / m(size, f"{kind}_cpu_s")
+            res.figures[(size, name)] = Figure(
+                name, size, f"{unit}/s", f"{kind} ingest, per CPU-second", [per], [statistics.median(loads)]
+            )
+    if "plain_ingest_s" in have:
+        mb_s = res.inputs[size]["plain_bytes"] / 1e6 / m(size, "plain_ingest_s")
+        res.figures[(size, "plain_mb_per_s")] = Figure(
+            "plain_mb_per_s", size, "MB/s", "plain ingest, input bytes", [mb_s], [statistics.median(loads)]
+        )
+
+
+# ------------------------------------------------------------------ output
+
+ROWS = (
+    "plain_lines_per_s", "plain_mb_per_s", "grep_lines_per_s", "plain_vs_grep_x", "plain_cpu_s",
+    "plain_lines_per_cpu_s", "grep_cpu_s", "plain_vs_grep_cpu_x", "plain_peak_rss_mb", "plain_reingest_share",
+    "journal_entries_per_s", "journalctl_json_per_s", "journalctl_export_per_s", "reader_per_s",
+    "journal_vs_journalctl_json", "journal_vs_journalctl_export", "journal_vs_reader", "journal_cpu_s",
+    "journal_entries_per_cpu_s", "journalctl_export_cpu_s", "reader_cpu_s", "journal_vs_journalctl_export_cpu",
+    "journal_vs_reader_cpu", "journal_peak_rss_mb", "journal_reingest_share", "views_s", "verdict_s",
+    "report_s", "report_peak_rss_mb",
+)  # fmt: skip
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit in ("lines/s", "entries/s"):
+        return f"{value:,.0f}"
+    if unit == "share":
+        return f"{value:.1%}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "MB":
+        return f"{value:,.0f} MB"
+    if unit == "MB/s":
+        return f"{value:.1f} MB/s"
+    return f"{value:.3f} s" if value < 0.1 else f"{value:.2f} s"
+
+
+def table(res: Results, sizes: list[str]) -> str:
+    head = "| figure | " + " | ".join(sizes) + " | target |"
+    out = [head, "|---|" + "---|" * len(sizes) + "---|"]
+    for size_key, what in (("plain_lines", "plain lines (bytes)"), ("journal_entries", "journal entries")):
+        cells = []
+        for s in sizes:
+            inp = res.inputs.get(s, {})
+            v = inp.get(size_key)
+            extra = f" ({inp['plain_bytes'] / 1e6:,.0f} MB)" if size_key == "plain_lines" and v else ""
+            cells.append(f"{v:,}{extra}" if v is not None else "")
+        out.append(f"| {what} | " + " | ".join(cells) + " | |")
+    for name in ROWS:
+        figs = [res.figures.get((s, name)) for s in sizes]
+        if not any(figs):
+            continue
+        label = next(f.label for f in figs if f)
+        unit = next(f.unit for f in figs if f)
+        cells = []
+        for f in figs:
+            if f is None:
+                cells.append("")
+                continue
+            mark = ""
+            if name in TARGETS:
+                mark = " ✓" if _meets(f.median, *TARGETS[name]) else " ✗"
+            cells.append(_fmt(f.median, unit) + mark)
+        target = ""
+        if name in TARGETS:
+            op, bound = TARGETS[name]
+            target = f"{op} {_fmt(bound, unit)}"
+        out.append(f"| {label} | " + " | ".join(cells) + f" | {target} |")
+    loads = []
+    for s in sizes:
+        ls = [x for (sz, _), f in res.figures.items() if sz == s for x in f.loads]
+        loads.append(f"{statistics.median(ls):.1f} ({min(ls):.1f}–{max(ls):.1f})" if ls else "")
+    out.append("| load average, 1 min: median (min–max) | " + " | ".join(loads) + " | |")
+    for s in sizes:
+        inp = res.inputs.get(s, {})
+        if "requests" in inp:
+            out.append(
+                f"\nverdict/report database: the {s} plain ingest, {inp['db_lines']:,} lines, "
+                f"{inp['requests']:,} requests, verdict `{inp['verdict']}`."
+            )
+    return "\n".join(out)
+
+
+def machine() -> dict[str, Any]:
+    import duckdb
+    import polars as pl
+
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "polars": pl.__version__,
+        "duckdb": duckdb.__version__,
+        "polars_max_threads": pl.thread_pool_size(),
+        "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS"),
+    }
+
+
+# ------------------------------------------------------------------ main
+
+
+def run(
+    sizes: list[int],
+    runs: int,
+    work: Path,
+    out: Path,
+    formats: tuple[str, ...] = ("plain", "journal"),
+    verdict: bool = True,
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    res = Results()
+    labels = [size_label(n) for n in sizes]
+    inputs: dict[str, dict[str, list[Path]]] = {}
+    for n, label in zip(sizes, labels, strict=True):
+        started = time.perf_counter()
+        inputs[label] = {}
+        if "plain" in formats:
+            inputs[label]["plain"] = make_plain(work, n)
+            lines, size = _line_count(inputs[label]["plain"])
+            res.inputs[label] = {"plain_lines": lines, "plain_bytes": size}
+        if "journal" in formats:
+            inputs[label]["journal"] = make_journal(work, n)
+            res.inputs.setdefault(label, {})
+        log(f"[bench] inputs for {label} ready ({time.perf_counter() - started:.0f} s)")
+    errors: list[str] = []
+
+    def attempt(what: str, measure: Callable[[], None]) -> None:
+        # One failing stage (e.g. the report) must not cost the figures of the others.
+        log(f"[bench] {what}")
+        try:
+            measure()
+        except (RuntimeError, AssertionError, KeyError, ValueError) as exc:
+            errors.append(f"{what}: {exc}")
+            log(f"[bench] {what} FAILED: {exc}")
+
+    for r in range(runs):
+        for label in labels:
+            run_no = f"run {r + 1}/{runs} {label}"
+            if "plain" in formats:
+                db = work / f"plain-{label}.duckdb"
+                attempt(
+                    f"{run_no}: plain",
+                    lambda label=label, db=db: measure_plain(res, label, inputs[label]["plain"], db),
+                )
+            if "journal" in formats:
+                db = work / f"journal-{label}.duckdb"
+                attempt(
+                    f"{run_no}: journal",
+                    lambda label=label, db=db: measure_journal(res, label, inputs[label]["journal"], db),
+                )
+    if verdict and "plain" in formats:
+        big = labels[-1]
+        db, html = work / f"plain-{big}.duckdb", work / f"report-{big}.html"
+        for r in range(runs):
+            attempt(f"run {r + 1}/{runs} {big}: verdict, report", lambda: measure_verdict(res, big, db, html))
+    for label in labels:
+        derive(res, label)
+    command = "python -m pdforensics.bench " + " ".join(sys.argv[1:])
+    text = table(res, labels)
+    doc = {
+        "command": command.strip(),
+        "scenario": SCENARIO,
+        "grep_pattern": GREP_PATTERN,
+        "runs": runs,
+        "machine": machine(),
+        "inputs": res.inputs,
+        "figures": [f.to_json() for f in res.figures.values()],
+        "table": text,
+        "errors": errors,
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        _child_main(argv[1:])
+        return 0
+    ap = argparse.ArgumentParser(prog="python -m pdforensics.bench", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--sizes", default="1M,10M", help="incident sizes in lines, comma-separated (2k, 1M, ...)"
+    )
+    ap.add_argument("--runs", type=int, default=3, help="rounds; each figure is the median")
+    ap.add_argument("--quick", action="store_true", help="smoke run: --sizes 3k --runs 1")
+    ap.add_argument("--dir", type=Path, default=Path("bench/results/work"), help="inputs and databases")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results")
+    ap.add_argument("--only", choices=("plain", "journal"), help="one input format only")
+    ap.add_argument("--no-verdict", action="store_true", help="skip verdict/report")
+    args = ap.parse_args(argv)
+    sizes = [3_000] if args.quick else [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    runs = 1 if args.quick else max(args.runs, 1)
+    formats = (args.only,) if args.only else ("plain", "journal")
+    if "journal" in formats and not JOURNAL_REMOTE.exists():
+        print(f"{JOURNAL_REMOTE} is missing (Debian: systemd-journal-remote)", file=sys.stderr)
+        return 2
+    doc = run(sorted(sizes), runs, args.dir, args.out, formats, verdict=not args.no_verdict)
+    print(doc["table"])
+    print(f"\n{args.out}  (reproduce: {doc['command']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

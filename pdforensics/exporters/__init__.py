@@ -1,0 +1,1 @@
+"""One module per export format; `pdforensics.export.export` chooses among them."""

@@ -1,0 +1,266 @@
+"""Perfetto / Chrome trace JSON (the Trace Event Format), for ui.perfetto.dev.
+
+Layout:
+* one process per engine instance (an engine on a host), plus one for the window;
+* each request side is an async slice ("b"/"e", its own id) with its phases nested
+  inside, so overlapping requests never share a stack; a side with no end in the logs
+  is closed at the window end and marked open (name suffix, `open: true`);
+* a flow (v2: `bind_id` + `flow_out`/`flow_in` on the async begins) links each
+  room's prefill side to its decode side;
+* counter tracks ("C") for the queue gauges of the stats lines (lowest logging TP rank);
+* instants ("i") for watchdog firings, aborts, failures and lifecycle lines;
+* engine incarnations as complete slices ("X") on a thread of their own (they never
+  overlap); coverage holes as async slices (they may).
+Timestamps are µs on the reference clock (`t_us`): clock offsets between hosts are
+already removed. Events are written as they are read, one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import duckdb
+
+from pdforensics import __version__
+from pdforensics.exporters import requests as req
+from pdforensics.exporters.common import Instance, dict_rows, events_rel, has_relation, instances, window_t
+
+# Threads inside each engine process (async slices need none).
+TID_INCARNATIONS = 1
+TID_LIFECYCLE = 2
+TID_WATCHDOG = 3
+TID_FAILURES = 4
+THREADS = {
+    TID_INCARNATIONS: "incarnations",
+    TID_LIFECYCLE: "lifecycle",
+    TID_WATCHDOG: "watchdog",
+    TID_FAILURES: "aborts and failures",
+}
+WINDOW_PID = 10_000  # the window's own process (verdict, holes not tied to one engine)
+
+COUNTERS = {
+    "prefill": [("inflight_req", "#inflight-req"), ("floor", "inflight floor (#inflight-req - #new-seq)"),
+                ("bootstrap_req", "#bootstrap-req"), ("queue_req", "#queue-req"), ("running_req", "#running-req")],
+    "decode": [("running_req", "#running-req"), ("transfer_req", "#transfer-req"), ("prealloc_req", "#prealloc-req"),
+               ("queue_req", "#queue-req"), ("retracted_req", "#retracted-req"), ("gen_throughput", "gen throughput (token/s)")],
+}  # fmt: skip
+
+LIFECYCLE = ("server_args", "server_ready", "unit_started", "sigterm", "graceful_exit", "unit_stopping",
+             "unit_stopped", "unit_killed", "unit_failed", "scheduler_exception", "health_check_failed",
+             "scheduler_watchdog_timeout", "watchdog_armed")  # fmt: skip
+
+
+class _Writer:
+    """Streams `{"traceEvents": [...]}`: one event per line, commas handled here."""
+
+    def __init__(self, fh: TextIO) -> None:
+        self.fh = fh
+        self.first = True
+        self.count = 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        self.fh.write(("\n" if self.first else ",\n") + json.dumps(event, separators=(",", ":"), default=str))
+        self.first = False
+        self.count += 1
+
+
+def export(con: duckdb.DuckDBPyConnection, out: Path) -> Path:
+    start, end = window_t(con)
+    end = end if end is not None else 0
+    procs = instances(con)
+    with out.open("w", encoding="utf-8") as fh:
+        fh.write('{"displayTimeUnit":"ms","traceEvents":[')
+        emit = _Writer(fh)
+        _metadata(emit, procs)
+        for fn in (_incarnations, _lifecycle, _counters, _holes):
+            for event in fn(con, procs):
+                emit(event)
+        if req.available(con):
+            for event in _requests(con, procs, end):
+                emit(event)
+        for event in _window(con, start, end):
+            emit(event)
+        fh.write("\n],")
+        fh.write(f'"otherData":{json.dumps({"generator": f"pdforensics {__version__}"})}}}\n')
+    return out
+
+
+# ------------------------------------------------------------------ processes and threads
+
+
+def _metadata(emit: _Writer, procs: dict[tuple[str, str], Instance]) -> None:
+    for inst in procs.values():
+        emit({"ph": "M", "name": "process_name", "pid": inst.index, "tid": 0, "args": {"name": inst.name}})
+        emit(
+            {
+                "ph": "M",
+                "name": "process_sort_index",
+                "pid": inst.index,
+                "tid": 0,
+                "args": {"sort_index": inst.index},
+            }
+        )
+        for tid, name in THREADS.items():
+            emit({"ph": "M", "name": "thread_name", "pid": inst.index, "tid": tid, "args": {"name": name}})
+    emit(
+        {
+            "ph": "M",
+            "name": "process_name",
+            "pid": WINDOW_PID,
+            "tid": 0,
+            "args": {"name": "pdforensics window"},
+        }
+    )
+    emit({"ph": "M", "name": "process_sort_index", "pid": WINDOW_PID, "tid": 0, "args": {"sort_index": 0}})
+    emit({"ph": "M", "name": "thread_name", "pid": WINDOW_PID, "tid": 1, "args": {"name": "verdict"}})
+
+
+def _pid(procs: dict[tuple[str, str], Instance], host: str | None, engine: str | None) -> int:
+    inst = procs.get((host or "", engine or ""))
+    return inst.index if inst else WINDOW_PID
+
+
+def _clean(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in args.items() if v is not None}
+
+
+# ------------------------------------------------------------------ engine tracks
+
+
+def _incarnations(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
+    if not has_relation(con, "incarnations"):
+        return
+    rows = dict_rows(
+        con,
+        """SELECT *, lead(start_t) OVER (PARTITION BY host, engine ORDER BY start_t) AS next_t
+           FROM incarnations ORDER BY host, engine, start_t""",
+    )
+    for r in rows:
+        if r["start_t"] is None:
+            continue
+        end = r.get("last_t") or r.get("stop_t") or r["start_t"]
+        if r["next_t"] is not None:
+            end = min(end, r["next_t"])  # complete slices on one thread must not overlap
+        yield {
+            "ph": "X", "cat": "incarnation", "name": f"incarnation {r['incarnation']}",
+            "pid": _pid(procs, r["host"], r["engine"]), "tid": TID_INCARNATIONS,
+            "ts": r["start_t"], "dur": max(end - r["start_t"], 0),
+            "args": _clean({"identity": r.get("identity"), "started_by": r.get("started_by"),
+                            "ready_t": r.get("ready_t"), "stop_t": r.get("stop_t")}),
+        }  # fmt: skip
+
+
+def _lifecycle(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
+    names = ", ".join(f"'{e}'" for e in LIFECYCLE)
+    rows = dict_rows(
+        con,
+        f"""SELECT e.host, e.engine, e.event, e.t_us, e.pid, e.tp_rank, e.timeout_s, e.count, l.message
+            FROM {events_rel(con)} AS e JOIN lines AS l USING (line_id)
+            WHERE e.event IN ({names}) AND e.t_us IS NOT NULL
+            ORDER BY e.t_us""",
+    )
+    for r in rows:
+        yield {
+            "ph": "i", "s": "t", "cat": "lifecycle", "name": r["event"], "ts": r["t_us"],
+            "pid": _pid(procs, r["host"], r["engine"]), "tid": TID_LIFECYCLE,
+            "args": _clean({"pid": r["pid"], "tp_rank": r["tp_rank"], "timeout_s": r["timeout_s"],
+                            "count": r["count"], "message": r["message"]}),
+        }  # fmt: skip
+
+
+def _counters(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
+    """One counter track per gauge, engine instance and DP rank; duplicate TP ranks are skipped."""
+    rows = dict_rows(
+        con,
+        f"""WITH s AS (
+                SELECT *, greatest(inflight_req - coalesce(new_seq, 0), 0) AS floor,
+                       min(coalesce(tp_rank, 0)) OVER (PARTITION BY host, engine, dp_rank) AS lowest_tp
+                FROM {events_rel(con)}
+                WHERE event IN ('prefill_stats', 'decode_stats') AND t_us IS NOT NULL
+            )
+            SELECT host, engine, dp_rank, t_us, floor, inflight_req, bootstrap_req, queue_req, running_req,
+                   transfer_req, prealloc_req, retracted_req, gen_throughput
+            FROM s WHERE coalesce(tp_rank, 0) = lowest_tp
+            ORDER BY t_us""",
+    )
+    for r in rows:
+        pid = _pid(procs, r["host"], r["engine"])
+        suffix = f" [DP{r['dp_rank']}]" if r["dp_rank"] is not None else ""
+        for column, label in COUNTERS.get(r["engine"], []):
+            value = r.get(column)
+            if value is not None:
+                yield {"ph": "C", "cat": "gauge", "name": label + suffix, "pid": pid, "ts": r["t_us"],
+                       "args": {"value": value}}  # fmt: skip
+
+
+def _holes(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
+    relation = "coverage" if has_relation(con, "coverage") else "holes"
+    if not has_relation(con, relation):
+        return
+    rows = dict_rows(
+        con, f"SELECT * FROM {relation} WHERE from_t IS NOT NULL AND to_t IS NOT NULL ORDER BY from_t"
+    )
+    for i, r in enumerate(rows):
+        pid = _pid(procs, r.get("host"), r.get("engine"))
+        common = {"cat": "hole", "name": f"hole: {r['kind']}", "pid": pid, "id": f"hole:{pid}:{i}"}
+        args = _clean({k: r.get(k) for k in ("detail", "covered", "decisive", "suspects", "n")})
+        yield {**common, "ph": "b", "ts": r["from_t"], "args": args}
+        yield {**common, "ph": "e", "ts": max(r["to_t"], r["from_t"])}
+
+
+# ------------------------------------------------------------------ requests
+
+
+def _requests(con: duckdb.DuckDBPyConnection, procs: dict, window_end: int) -> Iterator[dict]:
+    for r in req.iter_requests(con, window_end):
+        flow = f"{r.room:x}" if len(r.sides) == 2 else None
+        for side in r.sides:
+            yield from _side_events(r, side, procs, flow)
+
+
+def _side_events(r: req.Request, side: req.Side, procs: dict, flow: str | None) -> Iterator[dict]:
+    pid = _pid(procs, side.host, side.engine)
+    async_id = f"{pid}:{r.room}"  # unique across processes: Perfetto keys global ids by (cat, id)
+    base = {"cat": "request", "pid": pid, "tid": 0, "id": async_id}
+    name = side.span.name + (" [open]" if side.span.open else "")
+    begin = {**base, "ph": "b", "name": name, "ts": side.span.start, "args": _clean(side.span.args)}
+    if flow is not None:
+        begin["bind_id"] = flow
+        begin["flow_out" if side.engine == "prefill" else "flow_in"] = True
+    yield begin
+    for ph in side.phases:
+        ph_name = ph.name + (" [open]" if ph.open else "")
+        yield {**base, "ph": "b", "name": ph_name, "ts": ph.start, "args": {**ph.args, "open": ph.open}}
+        yield {**base, "ph": "e", "name": ph_name, "ts": ph.end}
+    yield {**base, "ph": "e", "name": name, "ts": side.span.end}
+    for m in side.marks:
+        yield _mark(m, r, pid)
+
+
+def _mark(m: dict[str, Any], r: req.Request, pid: int) -> dict:
+    watchdog = m["event"] == "watchdog_fired"
+    return {
+        "ph": "i", "s": "t", "cat": "watchdog" if watchdog else "failure",
+        "name": f"{m['event']}" + (f" ({m['state']})" if m.get("state") else ""),
+        "pid": pid, "tid": TID_WATCHDOG if watchdog else TID_FAILURES, "ts": m["t_us"],
+        "args": _clean({"bootstrap_room": str(r.room), "reason": m.get("reason"), "dwell_s": m.get("dwell_s"),
+                        "ranks": m.get("ranks") or None, "message": m.get("message")}),
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------ the window
+
+
+def _window(con: duckdb.DuckDBPyConnection, start: int | None, end: int) -> Iterator[dict]:
+    if start is None:
+        return
+    args: dict[str, Any] = {}
+    if has_relation(con, "verdict"):
+        row = next(dict_rows(con, "SELECT * FROM verdict"), None)
+        args = _clean(row or {})
+    name = f"window: {args['verdict']}" if "verdict" in args else "window"
+    yield {"ph": "X", "cat": "window", "name": name, "pid": WINDOW_PID, "tid": 1, "ts": start,
+           "dur": max(end - start, 0), "args": args}  # fmt: skip

@@ -1,0 +1,201 @@
+"""The HTML incident report: one self-contained file that tells the story of the window.
+
+    write_report(con, out, opts, show_prompts=False) -> out
+
+The verdict comes from `pdforensics.verdict`; the rest from its views (see
+`data.py`). plotly is imported lazily (inside `figures.py` functions) so that
+importing this package stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pdforensics.report.data import Limits
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from pdforensics.verdict import VerdictOptions
+
+__all__ = ["Limits", "build_model", "write_report"]
+
+# What the next evidence level would add, per level (design.md §2).
+CERTAIN_WITH = {
+    "L0": "--log-requests (Receive:/Finish: name every request and its bootstrap_room)",
+    "L1": "--enable-request-time-stats-logging (times each request's inflight entry; dwell is an upper bound without it)",
+    "L2": "--log-level debug (shows which queue each abort hit)",
+    "L3": "nothing more: debug lines show the exact queue at abort time",
+}
+EVIDENCE_TEXT = {
+    "L0": "default INFO: pins show only in the #inflight-req gauge",
+    "L1": "request log: Receive:/Finish: per request",
+    "L2": "request time stats: ReqTimeStats per finished request",
+    "L3": "debug: abort lines name the queue",
+}
+
+
+def write_report(
+    con: duckdb.DuckDBPyConnection,
+    out: Path,
+    opts: VerdictOptions,
+    show_prompts: bool = False,
+    limits: Limits | None = None,
+) -> Path:
+    """Write the report for the window `opts` selects to `out` (atomically) and return `out`."""
+    from pdforensics.report.html import render_page
+
+    out = Path(out)
+    model, figures = build_model(con, opts, show_prompts, limits or Limits())
+    page = render_page(model, figures, _plotly_js())
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+@contextmanager
+def _materialised(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """The verdict's heavy views computed once for all report queries."""
+    from pdforensics import verdict
+
+    ctx = getattr(verdict, "materialised", None) or verdict._materialised
+    with ctx(con):
+        yield
+
+
+def build_model(
+    con: duckdb.DuckDBPyConnection, opts: VerdictOptions, show_prompts: bool, limits: Limits
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Everything the page shows: (model for html.render_page, plotly figures by name)."""
+    from pdforensics.verdict import compute_verdict
+
+    started = time.perf_counter()
+    verdict = compute_verdict(con, opts).to_json()
+    now_us = time.time_ns() // 1000
+    fallback = (opts.since_us or now_us, opts.until_us or now_us)
+    with _materialised(con):
+        model, figures = _assemble(con, verdict, show_prompts, limits, fallback)
+    model["meta"]["build_s"] = round(time.perf_counter() - started, 2)
+    return model, figures
+
+
+def _assemble(
+    con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], show_prompts: bool, limits: Limits,
+    fallback: tuple[int, int],
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:  # fmt: skip
+    from pdforensics.report import data, figures
+
+    ctx = data.open_ctx(con, limits, show_prompts, fallback)
+    try:
+        window = (ctx.start_t, ctx.end_t)
+        restarts = data.restarts(ctx)
+        holes = data.holes(ctx)
+        storms = data.abort_storms(ctx)
+        deadlines, _ = data.open_deadlines(ctx)
+        timeline = figures.timeline(
+            data.gauge_series(ctx), [data.point_markers(ctx, k) for k in ("watchdog", "abort", "failure")],
+            data.lifecycle_points(ctx), restarts, holes, storms, deadlines, window, ctx.timeout_s,
+        )  # fmt: skip
+        lanes, not_done = data.gantt_requests(ctx)
+        for r in lanes:
+            r["phases"], r["points"] = data.spans(r, ctx.end_t), data.points(r)
+        gantt = figures.gantt(lanes, window, restarts)
+        req_table, req_rows = data.requests_table(ctx)
+        tables = [
+            data.pins_table(ctx), data.gauge_floor_table(ctx), data.firings_table(ctx),
+            data.abort_races_table(ctx), data.storms_table(ctx, storms), data.failures_table(ctx),
+            data.holes_table(ctx, holes), data.restarts_table(restarts), req_table,
+            data.units_table(ctx), data.rejects_table(ctx),
+        ]  # fmt: skip
+        details, detail_bytes = data.request_details(ctx, lanes + req_rows)
+        embedded = {r for t in tables if t["room"] for r in _rooms(t)}
+        if len(embedded - details.keys()) > 0:
+            ctx.notes.append(
+                f"Request details (timeline and raw lines) embedded for {len(details):,} requests "
+                f"({detail_bytes / 1e6:.1f} MB budget); others show the command that prints them."
+            )
+        capped = sum(1 for d in details.values() if d["lines_total"] > len(d["lines"]))
+        if capped or ctx.cut_lines:
+            ctx.notes.append(
+                f"Raw lines: at most {limits.lines_per_request} per request ({capped:,} requests had more), "
+                f"each cut at {limits.line_chars:,} characters ({ctx.cut_lines:,} lines were longer)."
+            )
+        model = {
+            "meta": _meta(con, window, show_prompts),
+            "verdict": _verdict_view(verdict, data.class_counts(ctx)),
+            "notes": ctx.notes,
+            "tables": tables,
+            "requests": details,
+            "phase_colors": figures.PHASE_COLORS,
+            "window": {"start_us": window[0], "end_us": window[1]},
+            "legend": figures.legend_items(restarts, holes, storms),
+            "gantt_note": _gantt_note(lanes, not_done),
+        }
+        return model, {"timeline": timeline, "gantt": gantt}
+    finally:
+        data.close_ctx(ctx)
+
+
+def _rooms(t: dict[str, Any]) -> list[str]:
+    keys = [c["key"] for c in t["columns"]]
+    i = keys.index(t["room"]) if t["room"] in keys else -1
+    return [str(row[i]) for row in t["rows"] if i >= 0 and row[i] is not None]
+
+
+def _gantt_note(lanes: list[dict[str, Any]], not_done: int) -> str:
+    completed = sum(1 for r in lanes if r["class"] == "completed")
+    if not lanes:
+        return "No requests in the window."
+    return (
+        f"{len(lanes) - completed:,} of {not_done:,} requests that did not complete, worst first, and "
+        f"{completed:,} completed ones (a sample) for contrast. Upper bar: prefill; lower bar: decode; "
+        "hatched bars are open at the window end."
+    )
+
+
+def _verdict_view(v: dict[str, Any], classes: dict[str, int]) -> dict[str, Any]:
+    level = v.get("evidence_level") or "L0"
+    counts = {k: n for k, n in (v.get("counts") or {}).items() if n}
+    return {
+        "verdict": v.get("verdict"),
+        "reasons": v.get("reasons") or [],
+        "evidence_level": level,
+        "evidence_text": EVIDENCE_TEXT.get(level, ""),
+        "certain_with": v.get("certain_with") or CERTAIN_WITH.get(level, ""),
+        "watchdog": v.get("watchdog") or {},
+        "counts": counts or classes,
+    }
+
+
+def _iso(t_us: int) -> str:
+    return datetime.fromtimestamp(t_us / 1e6, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _meta(con: duckdb.DuckDBPyConnection, window: tuple[int, int], show_prompts: bool) -> dict[str, Any]:
+    from pdforensics import __version__
+
+    row = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    span = (window[1] - window[0]) / 1e6
+    return {
+        "window_text": f"{_iso(window[0])} → {_iso(window[1])}",
+        "duration_text": f"{span / 60:.1f} min" if span >= 120 else f"{span:.0f} s",
+        "db": Path(row[0]).name if row and row[0] else "(memory)",
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "version": __version__,
+        "show_prompts": show_prompts,
+    }

@@ -1,0 +1,314 @@
+"""The report's plotly figures, returned as plain JSON-ready dicts (plotly is imported lazily).
+
+Times go to plotly as milliseconds since the epoch on a date axis (plotly
+treats them as UTC and prints them without converting to a local zone). Text
+that came from the logs is HTML-escaped before it reaches plotly, because
+plotly renders a subset of HTML (including links) in hover and tick text.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+US = 1_000_000
+
+CLASS_COLORS = {
+    "silent_pin": "#b3261e", "watchdog_fired": "#d29922", "in_flight": "#0b61c4", "transfer_failed": "#c4591b",
+    "aborted": "#8250df", "lost": "#6e7781", "completed": "#1a7f37",
+}  # fmt: skip
+PHASE_COLORS = {
+    "prefill": "#7aa6d8",
+    "prefill: bootstrap+queue+forward": "#9ec5ef",
+    "prefill: inflight (KV transfer)": "#e08a2e",
+    "decode": "#5fb37a",
+}
+POINT_STYLE = {
+    "watchdog deadline": ("line-ns-open", "#b3261e", 16),
+    "watchdog fired": ("x", "#d29922", 11),
+    "KV sent (prefill Finish)": ("circle-open", "#1d4f91", 7),
+    "failed": ("x-thin-open", "#1d232b", 11),
+    "aborted": ("diamond", "#8250df", 9),
+    "decode finished": ("circle", "#1a7f37", 6),
+    "prefill process gone": ("square-open", "#6e7781", 9),
+    "decode process gone": ("square-open", "#6e7781", 9),
+}
+HOLE_COLORS = {"journald_suppression": "#f2a900", "parse_error": "#c4591b", "engine_down": "#6e7781",
+               "engine_silent": "#1b7c83"}  # fmt: skip
+MARKER_LANES = ["engine lifecycle", "watchdog firings", "aborts", "failures", "coverage holes"]
+MAX_SHAPES = 300
+
+
+def _ms(us: int | float | None) -> float | None:
+    return None if us is None else us / 1000
+
+
+def _base_layout(height: int) -> dict[str, Any]:
+    return {
+        "template": "none", "height": height, "margin": {"l": 70, "r": 20, "t": 30, "b": 40},
+        "font": {"family": "system-ui, sans-serif", "size": 12}, "hovermode": "closest",
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.01, "x": 0, "font": {"size": 11}},
+        "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------ the shared time axis
+
+
+def timeline(
+    gauges: list[dict[str, Any]],
+    markers: list[dict[str, Any]],
+    lifecycle: list[dict[str, Any]],
+    restarts: list[dict[str, Any]],
+    holes: list[dict[str, Any]],
+    storms: list[dict[str, Any]],
+    deadlines: list[dict[str, Any]],
+    window: tuple[int, int],
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Gauges, markers and open requests' watchdog deadlines on one shared time axis."""
+    from plotly.subplots import make_subplots
+
+    rows = [
+        ("prefill queues (requests)", 1.0),
+        ("decode queues (requests)", 1.0),
+        ("gen throughput (token/s)", 0.7),
+    ]
+    if deadlines:
+        rows.append(("open requests: watchdog deadline", min(1.6, 0.4 + 0.05 * len(deadlines))))
+    rows.append(("events", 0.8))
+    fig = make_subplots(
+        rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.045,
+        row_heights=[h for _, h in rows], subplot_titles=[t for t, _ in rows],
+    )  # fmt: skip
+    marker_row = len(rows)
+    for s in gauges:
+        row = 1 if s["engine"] == "prefill" else 3 if s["metric"] == "gen_throughput" else 2
+        fig.add_scatter(**_gauge_trace(s), row=row, col=1, legend=_legend_name(row))
+    if deadlines:
+        for tr in _deadline_traces(deadlines, timeout_s):
+            fig.add_trace(tr.update(legend=_legend_name(4)), row=4, col=1)
+    for tr in [*_marker_traces(markers, lifecycle), *_hole_traces(holes)]:
+        fig.add_trace(tr.update(legend=_legend_name(marker_row)), row=marker_row, col=1)
+    layout = _base_layout(int(190 * sum(h for _, h in rows) + 100))
+    layout["margin"] = {"l": 120, "r": 260, "t": 30, "b": 40}
+    layout["shapes"] = _window_shapes(restarts, holes, storms, window)
+    fig.update_layout(**layout)
+    _row_legends(fig, len(rows))
+    fig.update_xaxes(type="date", range=[_ms(window[0]), _ms(window[1])], showgrid=True, gridcolor="#eef0f3")
+    fig.update_xaxes(title_text="UTC", row=len(rows), col=1)
+    fig.update_yaxes(rangemode="tozero", showgrid=True, gridcolor="#eef0f3", zeroline=True)
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=MARKER_LANES[::-1],
+                     range=[-0.5, len(MARKER_LANES) - 0.5], zeroline=False, row=marker_row, col=1)  # fmt: skip
+    if deadlines:
+        fig.update_yaxes(showticklabels=False, rangemode="normal", zeroline=False, row=4, col=1)
+    return fig.to_plotly_json()
+
+
+def _legend_name(row: int) -> str:
+    return "legend" if row == 1 else f"legend{row}"
+
+
+def _row_legends(fig: Any, n_rows: int) -> None:
+    """One legend per subplot row, beside it on the right, so each name sits next to its lines."""
+    for row in range(1, n_rows + 1):
+        axis = fig.layout["yaxis" if row == 1 else f"yaxis{row}"]
+        fig.update_layout({_legend_name(row): {
+            "x": 1.01, "xanchor": "left", "y": axis.domain[1], "yanchor": "top", "orientation": "v",
+            "font": {"size": 11}, "bgcolor": "rgba(255,255,255,0)", "tracegroupgap": 2,
+        }})  # fmt: skip
+
+
+def _gauge_trace(s: dict[str, Any]) -> dict[str, Any]:
+    dash = {"min": "dot"}.get(s.get("agg") or "", "solid")
+    name = f"{s['stream']} {s['label']}"
+    return {
+        "x": [_ms(x) for x in s["x_us"]], "y": s["y"], "name": escape(name), "mode": "lines",
+        "line": {"width": 1.4, "dash": dash, "shape": "hv"},
+        "hovertemplate": f"{escape(name)}: %{{y}}<br>%{{x|%H:%M:%S}}<extra></extra>",
+    }  # fmt: skip
+
+
+def _deadline_traces(deadlines: list[dict[str, Any]], timeout_s: float) -> list[Any]:
+    import plotly.graph_objects as go
+
+    held_x: list[float | None] = []
+    held_y: list[int | None] = []
+    over_x: list[float | None] = []
+    over_y: list[int | None] = []
+    dl_x, dl_y, dl_room, dl_text = [], [], [], []
+    for i, d in enumerate(deadlines):
+        start, deadline, last = d.get("pinned_from_t"), d["watchdog_deadline_t"], d.get("last_t")
+        if start is not None:
+            held_x += [_ms(start), _ms(min(deadline, last or deadline)), None]
+            held_y += [i, i, None]
+        if last is not None and last > deadline:
+            over_x += [_ms(deadline), _ms(last), None]
+            over_y += [i, i, None]
+        dl_x.append(_ms(deadline))
+        dl_y.append(i)
+        dl_room.append(str(d["room"]))
+        dl_text.append(escape(f"room {d['room']} ({d['class']}), rid {d.get('prefill_rid') or '?'}: "
+                              f"watchdog deadline (timeout {timeout_s:g} s + grace)"))  # fmt: skip
+    return [
+        go.Scatter(x=held_x, y=held_y, mode="lines", name="open, before its deadline",
+                   line={"color": "#0b61c4", "width": 3}, hoverinfo="skip"),
+        go.Scatter(x=over_x, y=over_y, mode="lines", name="open past its deadline",
+                   line={"color": "#b3261e", "width": 3, "dash": "dot"}, hoverinfo="skip"),
+        go.Scatter(x=dl_x, y=dl_y, mode="markers", name="watchdog deadline", customdata=dl_room,
+                   hovertext=dl_text, hoverinfo="text",
+                   marker={"symbol": "line-ns-open", "size": 14, "color": "#b3261e", "line": {"width": 2}}),
+    ]  # fmt: skip
+
+
+def _marker_traces(markers: list[dict[str, Any]], lifecycle: list[dict[str, Any]]) -> list[Any]:
+    import plotly.graph_objects as go
+
+    out = []
+    if lifecycle:
+        out.append(go.Scatter(
+            x=[_ms(p["t_us"]) for p in lifecycle], y=["engine lifecycle"] * len(lifecycle), mode="markers",
+            name="engine lifecycle", marker={"symbol": "triangle-down", "size": 10, "color": "#6e7781"},
+            hovertext=[escape(f"{p['host']} {p['engine']}: {p['event']}") for p in lifecycle], hoverinfo="text+x",
+        ))  # fmt: skip
+    style = {"watchdog": ("watchdog firings", "x", "#d29922"), "abort": ("aborts", "diamond", "#8250df"),
+             "failure": ("failures", "x-thin-open", "#1d232b")}  # fmt: skip
+    for m in markers:
+        lane, symbol, color = style[m["kind"]]
+        if m["points"] is not None:
+            pts = m["points"]
+            if not pts:
+                continue
+            out.append(go.Scatter(
+                x=[_ms(p["t_us"]) for p in pts], y=[lane] * len(pts), mode="markers", name=lane,
+                customdata=[p["room"] for p in pts], marker={"symbol": symbol, "size": 9, "color": color},
+                hovertext=[escape(f"room {p['room']}: {p.get('what') or ''}") for p in pts], hoverinfo="text+x",
+            ))  # fmt: skip
+        else:
+            b = m["buckets"]
+            top = max(x["n"] for x in b) or 1
+            out.append(go.Scatter(
+                x=[_ms(x["t_us"]) for x in b], y=[lane] * len(b), mode="markers", name=f"{lane} (count)",
+                marker={"symbol": symbol, "color": color, "size": [6 + 14 * (x["n"] / top) ** 0.5 for x in b]},
+                hovertext=[f"{x['n']:,} {lane} in {m['bucket_s']:g} s" for x in b], hoverinfo="text+x",
+            ))  # fmt: skip
+    return out
+
+
+def _hole_traces(holes: list[dict[str, Any]]) -> list[Any]:
+    """A marker per hole (at its end, where e.g. journald's `Suppressed` line is) with its detail on hover."""
+    import plotly.graph_objects as go
+
+    pts = [h for h in holes if h.get("to_t") is not None and h["kind"] != "short_window"]
+    if not pts:
+        return []
+    return [go.Scatter(
+        x=[_ms(h["to_t"]) for h in pts], y=["coverage holes"] * len(pts), mode="markers", name="coverage holes",
+        marker={"symbol": "square", "size": 9, "color": [HOLE_COLORS.get(h["kind"], "#999999") for h in pts],
+                "line": {"width": 1, "color": ["#b3261e" if h.get("decisive") else "#ffffff" for h in pts]}},
+        hovertext=[escape(f"{h['kind']}: {h.get('detail') or ''}" + (" — decides the verdict" if h.get("decisive") else ""))
+                   for h in pts],
+        hoverinfo="text+x",
+    )]  # fmt: skip
+
+
+def _rect(
+    x0: int, x1: int, color: str, opacity: float, min_us: int, dash: str | None = None
+) -> dict[str, Any]:
+    # A one-second storm on an hour's axis would be invisible: spans get a minimum width.
+    line = {"width": 0} if dash is None else {"width": 1, "color": color, "dash": dash}
+    return {"type": "rect", "xref": "x", "yref": "paper", "x0": _ms(x0), "x1": _ms(max(x1, x0 + min_us)),
+            "y0": 0, "y1": 1, "fillcolor": color, "opacity": opacity, "line": line, "layer": "below"}  # fmt: skip
+
+
+def _window_shapes(restarts: list[dict[str, Any]], holes: list[dict[str, Any]], storms: list[dict[str, Any]],
+                   window: tuple[int, int]) -> list[dict[str, Any]]:  # fmt: skip
+    min_us = max(200_000, (window[1] - window[0]) // 300)
+    shapes = []
+    for r in restarts:
+        end = r.get("up_t") or r.get("gone_t") or r["stop_t"]
+        shapes.append(_rect(r["stop_t"], end, "#6e7781", 0.18, min_us))
+    for s in storms:
+        shapes.append(_rect(s["from_t"], s["to_t"], "#8250df", 0.22, min_us))
+    for h in holes:
+        if h["kind"] in ("engine_down", "short_window") or h.get("from_t") is None:
+            continue  # engine_down is the restart span; a short window is the whole axis
+        shapes.append(
+            _rect(h["from_t"], h["to_t"], HOLE_COLORS.get(h["kind"], "#999999"), 0.16, min_us, "dot")
+        )
+    return shapes[:MAX_SHAPES]
+
+
+def legend_items(restarts: list, holes: list, storms: list) -> list[tuple[str, str]]:
+    """What the shaded spans mean (plotly has no legend entries for shapes)."""
+    items = []
+    if restarts:
+        items.append(("#6e7781", "engine stopped → up again"))
+    if storms:
+        items.append(("#8250df", "abort storm"))
+    for kind in sorted({h["kind"] for h in holes if h["kind"] not in ("engine_down", "short_window")}):
+        items.append((HOLE_COLORS.get(kind, "#999999"), f"hole: {kind.replace('_', ' ')}"))
+    return items
+
+
+# ------------------------------------------------------------------ swimlanes
+
+
+def gantt(
+    lanes: list[dict[str, Any]], window: tuple[int, int], restarts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """One row per request: prefill phases in the upper half, decode in the lower; open spans hatched."""
+    import plotly.graph_objects as go
+
+    labels = [f"{r['class']} · {r['room']}" for r in lanes]
+    bars: dict[str, dict[str, list]] = {}
+    open_x, open_y, open_room = [], [], []
+    pts: dict[str, dict[str, list]] = {}
+    for r, label in zip(lanes, labels, strict=True):
+        for s in r["phases"]:
+            b = bars.setdefault(s["phase"], {"x": [], "base": [], "y": [], "pattern": [], "room": [], "hover": [],
+                                             "offset": []})  # fmt: skip
+            b["base"].append(_ms(s["start_us"]))
+            b["x"].append(max((s["end_us"] - s["start_us"]) / 1000, 1))
+            b["y"].append(label)
+            b["offset"].append(-0.42 if s["engine"] == "prefill" else 0.02)
+            b["pattern"].append("/" if s["open"] else "")
+            b["room"].append(str(r["room"]))
+            b["hover"].append(escape(f"room {r['room']} {s['engine']}: {s['phase']}{' (open)' if s['open'] else ''}"
+                                     f" — {(s['end_us'] - s['start_us']) / US:.1f} s; {s['basis']}"))  # fmt: skip
+            if s["open"]:
+                open_x.append(_ms(s["end_us"]))
+                open_y.append(label)
+                open_room.append(str(r["room"]))
+        for p in r["points"]:
+            d = pts.setdefault(p["what"], {"x": [], "y": [], "room": []})
+            d["x"].append(_ms(p["t_us"]))
+            d["y"].append(label)
+            d["room"].append(str(r["room"]))
+    fig = go.Figure()
+    for phase, b in bars.items():
+        fig.add_bar(
+            orientation="h", x=b["x"], base=b["base"], y=b["y"], width=0.4, offset=b["offset"], name=escape(phase),
+            customdata=b["room"], hovertext=b["hover"], hoverinfo="text",
+            marker={"color": PHASE_COLORS.get(phase, "#8da0b6"), "pattern": {"shape": b["pattern"], "size": 6}},
+        )  # fmt: skip
+    if open_x:
+        fig.add_scatter(x=open_x, y=open_y, mode="markers", name="open at the window end", customdata=open_room,
+                        marker={"symbol": "triangle-right", "size": 10, "color": "#b3261e"}, hoverinfo="skip")  # fmt: skip
+    for what, d in pts.items():
+        symbol, color, size = POINT_STYLE.get(what, ("circle", "#444", 7))
+        fig.add_scatter(x=d["x"], y=d["y"], mode="markers", name=escape(what), customdata=d["room"],
+                        marker={"symbol": symbol, "color": color, "size": size, "line": {"width": 2, "color": color}},
+                        hovertemplate=f"{escape(what)} %{{x|%H:%M:%S.%L}}<extra></extra>")  # fmt: skip
+    layout = _base_layout(max(260, 24 * len(lanes) + 140))
+    layout.update(barmode="overlay", margin={"l": 250, "r": 20, "t": 40, "b": 40})
+    min_us = max(200_000, (window[1] - window[0]) // 300)
+    layout["shapes"] = [_rect(r["stop_t"], r.get("up_t") or r.get("gone_t") or r["stop_t"], "#6e7781", 0.15, min_us)
+                        for r in restarts][:MAX_SHAPES]  # fmt: skip
+    fig.update_layout(**layout)
+    fig.update_xaxes(type="date", range=[_ms(window[0]), _ms(window[1])], title_text="UTC", showgrid=True,
+                     gridcolor="#eef0f3")  # fmt: skip
+    # An explicit range: autorange pads a category axis by several rows for the marker sizes.
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=labels, range=[len(labels) - 0.5, -0.5],
+                     tickfont={"family": "ui-monospace, monospace", "size": 11}, showgrid=True, gridcolor="#f4f6f9")  # fmt: skip
+    return fig.to_plotly_json()

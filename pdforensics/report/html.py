@@ -1,0 +1,174 @@
+"""Assembles the one self-contained HTML file: escaped static parts, JSON data blocks, inlined JS.
+
+Log text is untrusted. It reaches the page only (a) through `html.escape` in the
+few server-rendered parts, or (b) inside `<script type="application/json">`
+blocks with `<`, `>`, `&` and the JS line separators escaped, which the page's
+own script reads with `JSON.parse` and renders with `textContent`.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+
+ASSETS = Path(__file__).with_name("assets")
+
+VERDICT_MEANING = {
+    "watchdog_missed": "Something was stuck longer than the watchdog timeout and the watchdog did not fire.",
+    "watchdog_fired": "Stuck requests existed and the watchdog released every one of them.",
+    "nothing_stuck": "No request stayed in flight past the timeout, the inflight gauge drained, and coverage is sufficient.",
+    "inconclusive": "The logs cannot decide; the reasons below name what is missing.",
+}
+
+# Sections of tables: (section id, heading, [table ids]) in page order.
+TABLE_SECTIONS = [
+    (
+        "findings",
+        "Findings",
+        ["pins", "floors", "firings", "abort_races", "storms", "failures", "holes", "restarts"],
+    ),
+    ("all-requests", "Requests", ["requests"]),
+    ("ingest", "Ingest", ["units", "rejects"]),
+]
+
+
+def safe_json(obj: Any) -> str:
+    """JSON that cannot end its <script> block or start markup: `</script>` stays data."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    return (
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def _inline_js(code: str) -> str:
+    # A literal `</script` inside inlined code would end the block early.
+    return code.replace("</script", "<\\/script").replace("<!--", "<\\!--")
+
+
+def _json_block(block_id: str, obj: Any) -> str:
+    return f'<script type="application/json" id="{block_id}">{safe_json(obj)}</script>'
+
+
+def _fmt_s(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    return f"{value:g} s"
+
+
+def banner(v: dict[str, Any]) -> str:
+    """The verdict banner, rendered on the server so the verdict is in the file even without JS."""
+    verdict = str(v.get("verdict", "unknown"))
+    reasons = "".join(f"<li>{escape(str(r))}</li>" for r in v.get("reasons") or [])
+    wd = v.get("watchdog") or {}
+    deployed = {True: "deployed", False: "not deployed"}.get(wd.get("deployed"), "deployment unknown")
+    basis = f" ({escape(str(wd['deployed_basis']))})" if wd.get("deployed_basis") else ""
+    source = f" ({escape(str(wd['timeout_source']))})" if wd.get("timeout_source") else ""
+    certain = v.get("certain_with") or ""
+    chips = "".join(
+        f'<span class="chip">{escape(str(k))}: <b>{escape(str(n))}</b></span>'
+        for k, n in (v.get("counts") or {}).items()
+    )
+    return (
+        f'<section id="verdict" class="banner v-{escape(verdict)}">'
+        f'<div class="verdict" id="verdict-text">{escape(verdict)}</div>'
+        f'<div class="meaning">{escape(VERDICT_MEANING.get(verdict, ""))}</div>'
+        f"<ul>{reasons}</ul>"
+        '<div class="facts">'
+        f"<span><b>Evidence:</b> {escape(str(v.get('evidence_level') or 'unknown'))}"
+        f" — {escape(str(v.get('evidence_text') or ''))}</span>"
+        f"<span><b>Would be certain with:</b> {escape(str(certain))}</span>"
+        f"<span><b>Watchdog:</b> timeout {escape(_fmt_s(wd.get('timeout_s')))}{source}, {deployed}{basis}</span>"
+        "</div>"
+        f'<div class="chips">{chips}</div>'
+        "</section>"
+    )
+
+
+def _notes(notes: list[str]) -> str:
+    if not notes:
+        return ""
+    items = "".join(f"<li>{escape(n)}</li>" for n in notes)
+    return (
+        f'<div class="notes" id="sampling"><b>Aggregated or sampled in this report:</b><ul>{items}</ul></div>'
+    )
+
+
+def _legend(items: list[tuple[str, str]]) -> str:
+    if not items:
+        return ""
+    spans = "".join(
+        f'<span class="chip"><span class="swatch" style="background:{escape(color)}"></span>{escape(text)}</span>'
+        for color, text in items
+    )
+    return f'<div class="chips" title="shaded spans">{spans}</div>'
+
+
+def _tables(tables: list[dict[str, Any]]) -> str:
+    by_id = {t["id"]: t for t in tables}
+    out = []
+    for section, heading, ids in TABLE_SECTIONS:
+        parts = []
+        for tid in ids:
+            t = by_id.get(tid)
+            if t is None:
+                continue
+            desc = f'<div class="muted">{escape(t["description"])}</div>' if t.get("description") else ""
+            parts.append(
+                f'<h3 id="h-{tid}">{escape(t["title"])} ({len(t["rows"]):,})</h3>{desc}'
+                f'<div class="tbl" id="tbl-{tid}"></div>'
+            )
+        if parts:
+            out.append(f'<section id="{section}"><h2>{escape(heading)}</h2>{"".join(parts)}</section>')
+    return "".join(out)
+
+
+def render_page(model: dict[str, Any], figures: dict[str, dict[str, Any]], plotly_js: str) -> str:
+    """The whole report. `model` holds the verdict, notes, tables and per-request details."""
+    meta = model["meta"]
+    title = f"pdforensics: {model['verdict'].get('verdict', '')} — {meta['window_text']}"
+    data = {k: model[k] for k in ("tables", "requests", "phase_colors", "window")}
+    figs = "".join(_json_block(f"pdf-fig-{name}", fig) for name, fig in figures.items())
+    css = (ASSETS / "report.css").read_text()
+    js = (ASSETS / "report.js").read_text()
+    gantt_note = escape(model.get("gantt_note", ""))
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        # Offline by construction: nothing may be fetched, even if a log line sneaks in a URL.
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:; "
+        "font-src data:; connect-src 'none'\">"
+        f"<title>{escape(title)}</title><style>{css}</style></head><body>"
+        '<header class="top"><h1>pdforensics incident report</h1>'
+        f'<span class="meta">window {escape(meta["window_text"])} (UTC, {escape(meta["duration_text"])})</span>'
+        f'<span class="meta">database {escape(meta["db"])}</span>'
+        f'<span class="meta">generated {escape(meta["generated"])} by pdforensics {escape(meta["version"])}</span>'
+        f'<span class="meta">prompts {"shown" if meta["show_prompts"] else "redacted"}</span></header>'
+        '<nav class="toc"><a href="#verdict">Verdict</a><a href="#timeline">Timeline</a>'
+        '<a href="#swimlanes">Swimlanes</a><a href="#findings">Findings</a><a href="#all-requests">Requests</a>'
+        '<a href="#ingest">Ingest</a></nav><main>'
+        f"{banner(model['verdict'])}{_notes(model.get('notes', []))}"
+        '<div id="js-error" class="err"></div>'
+        '<section id="timeline"><h2>Timeline</h2>'
+        '<div class="muted">Gauges from the engines\' batch lines; markers for restarts, watchdog firings, '
+        "aborts and journald holes; each open request's watchdog deadline. One time axis (UTC); "
+        "drag to zoom, double-click to reset.</div>"
+        f"{_legend(model.get('legend', []))}"
+        '<div id="fig-timeline" class="plot"></div></section>'
+        '<section id="swimlanes"><h2>Swimlanes</h2>'
+        f'<div class="muted">{gantt_note} Click a bar for the request\'s timeline and raw lines.</div>'
+        '<div id="fig-gantt" class="plot"></div></section>'
+        '<section id="detail" hidden></section>'
+        f"{_tables(model['tables'])}"
+        "</main>"
+        f"{_json_block('pdf-data', data)}{figs}"
+        f"<script>{_inline_js(plotly_js)}</script>"
+        f"<script>{_inline_js(js)}</script>"
+        "</body></html>\n"
+    )

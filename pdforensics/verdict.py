@@ -1,0 +1,458 @@
+"""Requests -> verdict: installs the classification views and assembles their answer.
+
+The rules live in SQL (`queries/views/NN_name.sql`), so a user can read and query them; this
+module sets their parameters (DuckDB session variables), materialises the heavy views once per
+call so each is computed a single time, and turns the rows into a `Verdict` / `Timeline`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+
+from pdforensics.errors import DatabaseError, UsageError
+from pdforensics.paths import queries_dir
+
+# The patch's scheduler loop polls the inflight queue every iteration, but an iteration can sit
+# behind a multi-second prefill forward, and 1-second log prefixes blur each end by a second:
+# 5 s for the poll loop plus 5 s of slack before "late" or "stuck".
+DEFAULT_GRACE_S = 10.0
+
+CLASSES = ("watchdog_fired", "silent_pin", "transfer_failed", "aborted", "lost", "completed", "in_flight")
+VERDICTS = ("watchdog_missed", "watchdog_fired", "nothing_stuck", "inconclusive")
+
+# Views computed once per call (in dependency order) because several others read them.
+_MATERIALISE = ("context", "inflight_gauge", "room_facts", "requests", "verdict")
+
+
+@dataclass
+class VerdictOptions:
+    watchdog_timeout_s: float | None = None  # the operator's --watchdog-timeout; None = from the lines
+    grace_s: float = DEFAULT_GRACE_S
+    since_us: int | None = None  # window, UTC us; None = the span of the data
+    until_us: int | None = None
+
+
+# ------------------------------------------------------------------ views
+
+
+def view_files() -> list[Any]:
+    return sorted((queries_dir() / "views").glob("*.sql"))
+
+
+def install_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Create (or replace) every classification view in the database, in file-name order."""
+    for path in view_files():
+        try:
+            con.execute(path.read_text(encoding="utf-8"))
+        except duckdb.Error as exc:
+            raise DatabaseError(f"cannot install view file {path.name}: {str(exc).splitlines()[0]}") from None
+
+
+def ensure_views(con: duckdb.DuckDBPyConnection) -> None:
+    """Make the views available: installed ones as they are, else temporary ones for this session
+    (a database written before they existed, opened read-only)."""
+    if _has_relation(con, "verdict"):
+        return
+    try:
+        install_views(con)
+        return
+    except DatabaseError:
+        pass
+    for path in view_files():
+        sql = path.read_text(encoding="utf-8")
+        sql = re.sub(r"CREATE OR REPLACE (VIEW|MACRO)", r"CREATE OR REPLACE TEMP \1", sql)
+        con.execute(sql)
+
+
+def _has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND NOT internal", [name]
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def apply_options(con: duckdb.DuckDBPyConnection, opts: VerdictOptions | None) -> None:
+    """Set the views' session variables (unset ones are reset, so nothing leaks between calls)."""
+    opts = opts or VerdictOptions()
+    values: dict[str, float | int | None] = {
+        "pdf_watchdog_timeout_s": opts.watchdog_timeout_s,
+        "pdf_grace_s": opts.grace_s,
+        "pdf_since_us": opts.since_us,
+        "pdf_until_us": opts.until_us,
+    }
+    for name, value in values.items():
+        if value is None:
+            con.execute(f"RESET VARIABLE {name}")
+        else:
+            con.execute(f"SET VARIABLE {name} = ?", [value])
+
+
+@contextmanager
+def _materialised(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Shadow the heavy views with temporary tables of their rows for the duration of one answer.
+
+    Temporary tables win name resolution over views, so every later view reads the stored rows
+    instead of recomputing them. Works on read-only connections too.
+    """
+    row = con.execute("SELECT current_database()").fetchone()
+    catalog = row[0] if row else "main"
+    installed = {
+        r[0]
+        for r in con.execute(
+            "SELECT view_name FROM duckdb_views() WHERE database_name = ? AND NOT internal", [catalog]
+        ).fetchall()
+    }
+    made: list[str] = []
+    try:
+        for name in _MATERIALISE:
+            if name not in installed:
+                continue  # temporary views (ensure_views) are used as they are
+            con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS SELECT * FROM "{catalog}".main."{name}"')
+            made.append(name)
+        yield
+    finally:
+        for name in reversed(made):
+            con.execute(f'DROP TABLE IF EXISTS temp.main."{name}"')
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+# ------------------------------------------------------------------ verdict
+
+
+def iso(t_us: int | None) -> str | None:
+    if t_us is None:
+        return None
+    return datetime.fromtimestamp(t_us / 1e6, UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    window_start_us: int | None
+    window_end_us: int | None
+    timeout_s: float | None
+    timeout_source: str
+    deployed: bool | None
+    deployed_basis: str
+    grace_s: float
+    evidence_level: str
+    counts: dict[str, int]
+    requests: list[dict[str, Any]]
+    reasons: list[str]
+    firings: list[dict[str, Any]] = field(default_factory=list)
+    holes: list[dict[str, Any]] = field(default_factory=list)
+    anonymous_pins: list[dict[str, Any]] = field(default_factory=list)
+    abort_storms: list[dict[str, Any]] = field(default_factory=list)
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+    host_offsets: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `--json` contract (keys documented in the issue); extra keys come after them."""
+        return {
+            "verdict": self.verdict,
+            "window": {"start": iso(self.window_start_us), "end": iso(self.window_end_us)},
+            "watchdog": {
+                "timeout_s": self.timeout_s,
+                "deployed": self.deployed,
+                "timeout_source": self.timeout_source,
+                "deployed_basis": self.deployed_basis,
+                "grace_s": self.grace_s,
+                "firings": self.firings,
+            },
+            "evidence_level": self.evidence_level,
+            "counts": self.counts,
+            "requests": self.requests,
+            "reasons": self.reasons,
+            "holes": self.holes,
+            "anonymous_pins": self.anonymous_pins,
+            "abort_storms": self.abort_storms,
+            "restarts": self.restarts,
+            "host_offsets": self.host_offsets,
+        }
+
+
+def _request_json(r: dict[str, Any]) -> dict[str, Any]:
+    dwell = r["dwell_s"]
+    return {
+        "bootstrap_room": str(r["bootstrap_room"]),
+        "prefill_rid": r["prefill_rid"],
+        "decode_rid": r["decode_rid"],
+        "class": r["class"],
+        "abort_race": bool(r["abort_race"]),
+        "across_restart": bool(r["across_restart"]),
+        "one_sided": bool(r["one_sided"]),
+        "dwell_s": None if dwell is None else round(float(dwell), 3),
+        "dwell_basis": r["dwell_basis"],
+        "evidence_level": r["evidence_level"],
+        "abort_race_outcome": r["abort_race_outcome"],
+        "prefill_status": r["prefill_status"],
+        "undecided_reason": r["undecided_reason"],
+        "lost_reason": r["lost_reason"],
+        "reason": r["reason"],
+        "first_seen": iso(r["first_t"]),
+    }
+
+
+def _times(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Turn *_t microsecond columns into ISO strings for JSON."""
+    out = []
+    for row in rows:
+        item = {}
+        for k, v in row.items():
+            if k.endswith("_t") and isinstance(v, int):
+                item[k[:-2]] = iso(v)
+            elif isinstance(v, float):
+                item[k] = round(v, 3)
+            else:
+                item[k] = v
+        out.append(item)
+    return out
+
+
+def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | None = None) -> Verdict:
+    """The window's verdict, its reasons, counts and every request that did not complete."""
+    ensure_views(con)
+    apply_options(con, options)
+    with _materialised(con):
+        v = _rows(con, "SELECT * FROM verdict")[0]
+        reqs = _rows(
+            con,
+            "SELECT * FROM requests WHERE class <> 'completed' "
+            "ORDER BY array_position(?, class), first_t, bootstrap_room",
+            [list(CLASSES)],
+        )
+        firings = _rows(
+            con,
+            "SELECT bootstrap_room::VARCHAR AS bootstrap_room, rid, host, fired_t, dwell_s, state, timeout_s, "
+            "ranks, all_ranks, same_second, late FROM watchdog_firings ORDER BY fired_t",
+        )
+        holes = _rows(
+            con,
+            "SELECT hole_id, kind, host, engine, from_t, to_t, detail, covered, suspects, decisive "
+            "FROM coverage ORDER BY from_t",
+        )
+        anon = _rows(con, "SELECT * FROM anonymous_pins ORDER BY host")
+        storms = _rows(con, "SELECT * FROM abort_storms ORDER BY from_t")
+        restarts = _rows(con, "SELECT * FROM engine_restarts ORDER BY stop_t")
+        offsets = _rows(con, "SELECT * FROM host_offsets ORDER BY host")
+    counts = {c: int(v[c]) for c in CLASSES}
+    counts["anonymous_pins"] = int(v["anonymous_pins"])
+    counts["undecided"] = int(v["undecided"])
+    counts["requests"] = int(v["requests"])
+    return Verdict(
+        verdict=v["verdict"],
+        window_start_us=v["window_start_t"],
+        window_end_us=v["window_end_t"],
+        timeout_s=v["timeout_s"],
+        timeout_source=v["timeout_source"],
+        deployed=v["deployed"],
+        deployed_basis=v["deployed_basis"],
+        grace_s=v["grace_s"],
+        evidence_level=v["evidence_level"],
+        counts=counts,
+        requests=[_request_json(r) for r in reqs],
+        reasons=list(v["reasons"] or []),
+        firings=_times(firings),
+        holes=_times(holes),
+        anonymous_pins=_times(anon),
+        abort_storms=_times(storms),
+        restarts=_times(restarts),
+        host_offsets=offsets,
+    )
+
+
+def render_text(v: Verdict, max_requests: int = 200) -> str:
+    """The verdict for a terminal: verdict, reasons, counts, then the requests that did not complete."""
+    out = [
+        f"verdict: {v.verdict}",
+        f"window:  {iso(v.window_start_us)} .. {iso(v.window_end_us)}",
+        f"watchdog: timeout {v.timeout_s:g} s ({v.timeout_source}); deployed: "
+        f"{'unknown' if v.deployed is None else 'yes' if v.deployed else 'no'} ({v.deployed_basis})"
+        if v.timeout_s is not None
+        else "watchdog: unknown",
+        f"evidence: {v.evidence_level}",
+        "",
+        "reasons:",
+        *[f"  - {r}" for r in v.reasons],
+        "",
+        "counts: " + ", ".join(f"{k} {n:,}" for k, n in v.counts.items()),
+    ]
+    if v.requests:
+        out += ["", f"requests not completed ({len(v.requests):,}):"]
+        out.append(f"  {'bootstrap_room':<20} {'class':<16} {'flags':<30} {'dwell':>9}  prefill_rid / decode_rid")
+        for r in v.requests[:max_requests]:
+            flags = ",".join(k for k in ("abort_race", "across_restart", "one_sided") if r[k]) or "-"
+            dwell = "-" if r["dwell_s"] is None else f"{r['dwell_s']:.1f}s"
+            out.append(
+                f"  {r['bootstrap_room']:<20} {r['class']:<16} {flags:<30} {dwell:>9}  "
+                f"{r['prefill_rid'] or '-'} / {r['decode_rid'] or '-'}"
+            )
+        if len(v.requests) > max_requests:
+            out.append(f"  ... {len(v.requests) - max_requests:,} more (--json lists them all)")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ timeline
+
+
+@dataclass
+class Timeline:
+    bootstrap_room: str
+    request: dict[str, Any]
+    phases: list[dict[str, Any]]
+    lines: list[dict[str, Any]]
+    evidence: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bootstrap_room": self.bootstrap_room,
+            "request": _times([self.request])[0],
+            "phases": _times(self.phases),
+            "lines": _times(self.lines),
+            "evidence": self.evidence,
+        }
+
+
+def _resolve_room(con: duckdb.DuckDBPyConnection, key: str) -> int:
+    key = key.strip()
+    if key.isdigit():
+        row = con.execute("SELECT 1 FROM room_events WHERE bootstrap_room = ?::UBIGINT LIMIT 1", [key]).fetchone()
+        if row:
+            return int(key)
+    row = con.execute(
+        "SELECT bootstrap_room FROM room_events WHERE rid = ? ORDER BY t_us LIMIT 1", [key]
+    ).fetchone()
+    if row:
+        return int(row[0])
+    raise UsageError(f"no request with bootstrap_room or rid {key!r} in the database")
+
+
+def request_timeline(
+    con: duckdb.DuckDBPyConnection, room_or_rid: str, options: VerdictOptions | None = None
+) -> Timeline:
+    """One request's timeline: both engines' lines in reference-clock order, its phases and class."""
+    ensure_views(con)
+    apply_options(con, options)
+    room = _resolve_room(con, room_or_rid)
+    req = _rows(con, "SELECT * FROM requests WHERE bootstrap_room = ?::UBIGINT", [str(room)])
+    if not req:
+        raise UsageError(f"request {room_or_rid!r} is outside the window")
+    phases = _rows(
+        con,
+        "SELECT phase, engine, t_us AS at_t, basis FROM request_phases "
+        "WHERE bootstrap_room = ?::UBIGINT ORDER BY t_us, phase",
+        [str(room)],
+    )
+    lines = _rows(
+        con,
+        """
+        WITH mine AS (
+            SELECT line_id, host, engine, ts_us, t_us, event, tp_rank, rid FROM room_events
+            WHERE bootstrap_room = ?::UBIGINT
+        ),
+        shutdown AS (
+            -- `Gracefully exiting ... remaining_rids=[...]` lines that list its decode rid
+            SELECT e.line_id, e.host, e.engine, e.ts_us, e.t_us, e.event, e.tp_rank, NULL AS rid
+            FROM evt AS e
+            WHERE e.event = 'graceful_exit' AND e.rids IS NOT NULL
+              AND EXISTS (SELECT 1 FROM mine AS m WHERE m.engine = e.engine AND m.rid IS NOT NULL
+                          AND position(m.rid IN e.rids) > 0)
+        ),
+        restarts AS (
+            SELECT NULL::BIGINT AS line_id, host, engine, NULL::BIGINT AS ts_us, stop_t AS t_us,
+                   'engine_' || kind AS event, NULL::SMALLINT AS tp_rank, NULL AS rid
+            FROM engine_restarts
+            WHERE stop_t BETWEEN (SELECT min(t_us) FROM mine) - 600000000 AND (SELECT max(t_us) FROM mine) + 600000000
+        ),
+        allrows AS (SELECT * FROM mine UNION ALL SELECT * FROM shutdown UNION ALL SELECT * FROM restarts)
+        SELECT a.t_us AS at_t, a.ts_us AS host_clock_t, a.host, a.engine, i.incarnation, i.identity,
+               a.tp_rank, a.event, coalesce(l.message, '') AS message
+        FROM allrows AS a
+        LEFT JOIN lines AS l ON l.line_id = a.line_id
+        ASOF LEFT JOIN incarnations AS i
+          ON i.host = a.host AND i.engine = a.engine AND coalesce(a.ts_us, a.t_us) >= i.start_us
+        ORDER BY a.t_us, a.engine, a.tp_rank NULLS FIRST
+        """,
+        [str(room)],
+    )
+    r = req[0]
+    return Timeline(
+        bootstrap_room=str(room), request=r, phases=phases, lines=lines, evidence=_evidence(r)
+    )
+
+
+def _fmt_t(t_us: int | None) -> str:
+    return iso(t_us) or "?"
+
+
+def _evidence(r: dict[str, Any]) -> list[str]:
+    """Why the request got its class, in words."""
+    out: list[str] = [f"class {r['class']} (evidence {r['evidence_level']})"]
+    cls = r["class"]
+    if cls == "watchdog_fired":
+        out.append(
+            f"the watchdog force-failed it at {_fmt_t(r['watchdog_fired_t'])} in {r['wd_state']} "
+            f"after {r['wd_dwell_s']} s, ranks {r['wd_ranks']}"
+        )
+    elif cls == "silent_pin":
+        out.append(
+            f"held by the prefill from {_fmt_t(r['pinned_from_t'])} past its deadline "
+            f"{_fmt_t(r['watchdog_deadline_t'])} (timeout + grace) with no watchdog line and no end"
+        )
+    elif cls in ("transfer_failed", "aborted"):
+        out.append(f"ended by {_fmt_t(r['failed_t'] or r['aborted_t'])}: {r['reason'] or 'no reason text'}")
+    elif cls == "lost":
+        out.append(r["lost_reason"] or "its engine went away while it was open")
+    elif cls == "completed":
+        out.append(f"finished at {_fmt_t(r['decode_finished_t'] or r['kv_done_t'])}")
+    elif cls == "in_flight":
+        out.append(r["undecided_reason"] or "still open at the window end, younger than the timeout")
+    if r["dwell_s"] is not None:
+        out.append(f"dwell {r['dwell_s']:.1f} s measured by {r['dwell_basis']}")
+    if r["abort_race"]:
+        out.append(f"abort race ({r['abort_race_outcome']}): {r['abort_evidence']}")
+    if r["across_restart"]:
+        out.append("its life spans a restart of the engine that was not holding it")
+    if r["one_sided"]:
+        out.append("seen on one engine only")
+    if r["p_fail_ranks"]:
+        out.append(f"prefill failure reported by TP ranks {r['p_fail_ranks']}")
+    if r["d_fail_ranks"]:
+        out.append(f"decode failure reported by TP ranks {r['d_fail_ranks']}")
+    return out
+
+
+def render_timeline(t: Timeline) -> str:
+    r = t.request
+    out = [
+        f"bootstrap_room {t.bootstrap_room}: prefill rid {r['prefill_rid'] or '-'}, decode rid {r['decode_rid'] or '-'}",
+        *[f"  {e}" for e in t.evidence],
+        "",
+        "phases:",
+        *[f"  {_fmt_t(p['at_t'])}  {p['engine'] or '':<8} {p['phase']:<18} ({p['basis']})" for p in t.phases],
+        "",
+        "lines (reference clock; host clock in brackets when it differs):",
+    ]
+    for ln in t.lines:
+        skew = ""
+        if ln["host_clock_t"] is not None and ln["host_clock_t"] != ln["at_t"]:
+            skew = f" [{_fmt_t(ln['host_clock_t'])}]"
+        inc = f"#{ln['incarnation']}" if ln["incarnation"] is not None else ""
+        rank = f" TP{ln['tp_rank']}" if ln["tp_rank"] is not None else ""
+        out.append(
+            f"  {_fmt_t(ln['at_t'])}{skew} {ln['engine']}{inc}@{ln['host'] or '?'}{rank} {ln['event']}: "
+            f"{ln['message'][:200]}"
+        )
+    return "\n".join(out)

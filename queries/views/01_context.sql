@@ -1,0 +1,562 @@
+-- The context every rule needs, computed once, as one row: the window on the reference clock,
+-- per-host clock offsets, the watchdog's deployment and timeout, engine incarnations and
+-- restarts, holes, the prefill inflight gauge per host, and what each engine logged.
+-- Lists of structs hold the per-host/per-engine facts; the views in 02_context_views.sql
+-- unnest them (host_offsets, settings, watchdog, incarnations, engine_restarts, holes, ...).
+
+-- The inflight queue without the batch just run: from 0.5.9 `Prefill batch` is printed after the
+-- batch joined the inflight queue, so floor = #inflight-req - #new-seq; up to 0.5.8 it is printed
+-- when the batch is scheduled, before it joins, so floor = #inflight-req. `entry` is the catalog
+-- entry that parsed the line (pdforensics/catalog/sglang.toml names them by version).
+CREATE OR REPLACE MACRO pdf_floor(inflight_req, new_seq, entry) AS
+    CASE WHEN entry IN ('prefill_batch_056', 'prefill_batch_053', 'prefill_batch_0410', 'prefill_batch_046')
+         THEN greatest(inflight_req, 0)
+         ELSE greatest(inflight_req - coalesce(new_seq, 0), 0) END;
+
+CREATE OR REPLACE VIEW context AS
+WITH
+w AS MATERIALIZED (SELECT * FROM time_window),
+
+-- ---------------------------------------------------------------------------------- clocks
+-- Each host's offset from the reference clock (the prefill host with the most requests) comes
+-- from pairs of events that must be simultaneous or ordered:
+--   * the router dispatches a request to prefill and decode at once, so the two `Receive:` lines
+--     of a room are simultaneous, and so are the two ReqTimeStats `entry_time`s (each engine's
+--     queue entry, on its own wall clock): offset = median(decode - prefill);
+--   * the decode cannot finish before the prefill sent the KV:
+--     offset <= min(decode Finish/ReqTimeStats line - prefill Finish/ReqTimeStats line).
+-- Hosts with no such pairs (routers, lone engines) keep offset 0 ('assumed').
+legs AS MATERIALIZED (
+    SELECT e.bootstrap_room AS room, e.engine, coalesce(e.host, '') AS host, e.event, e.ts_us, e.rid, e.entry_time_us
+    FROM events AS e, w
+    WHERE e.event IN ('request_received', 'request_finished', 'req_time_stats') AND e.engine IN ('prefill', 'decode')
+      AND e.bootstrap_room IS NOT NULL AND e.bootstrap_room <> 0
+      AND coalesce(e.bootstrap_host, '') <> '2.2.2.2'
+      AND NOT (e.event = 'request_finished' AND coalesce(e.finish_type, '') = 'abort')
+      -- the exact per-host window needs the offsets: take ten minutes of slack on each side here
+      AND e.ts_us >= w.start_us - 600000000 AND e.ts_us <= w.end_us + 600000000
+),
+recv AS MATERIALIZED (
+    -- arrival per room and engine: its Receive line, else its time stats' entry_time (L2)
+    SELECT room, engine, min(host) AS host,
+        coalesce(min(ts_us) FILTER (WHERE event = 'request_received'), min(entry_time_us)) AS recv_us,
+        bool_or(event = 'request_received') AS by_line
+    FROM legs WHERE event = 'request_received' OR (event = 'req_time_stats' AND entry_time_us IS NOT NULL)
+    GROUP BY room, engine
+),
+done AS (
+    SELECT room, engine, min(ts_us) AS done_us FROM legs
+    WHERE event IN ('request_finished', 'req_time_stats') GROUP BY ALL
+),
+ref AS MATERIALIZED (
+    SELECT host FROM recv WHERE engine = 'prefill'
+    GROUP BY host ORDER BY count(*) DESC, host LIMIT 1
+),
+pairs AS MATERIALIZED (
+    SELECT p.room, p.host AS p_host, d.host AS d_host, d.recv_us - p.recv_us AS recv_diff
+    FROM recv AS p JOIN recv AS d ON d.room = p.room AND d.by_line = p.by_line
+    WHERE p.engine = 'prefill' AND d.engine = 'decode'
+),
+finish_pairs AS (
+    SELECT p.room, d.done_us - p.done_us AS done_diff
+    FROM done AS p JOIN done AS d ON d.room = p.room
+    WHERE p.engine = 'prefill' AND d.engine = 'decode'
+),
+decode_hosts AS MATERIALIZED (
+    SELECT x.d_host AS host, least(median(x.recv_diff), min(f.done_diff))::BIGINT AS offset_us, count(*) AS pairs
+    FROM pairs AS x
+    JOIN ref ON x.p_host = ref.host
+    LEFT JOIN finish_pairs AS f ON f.room = x.room
+    WHERE x.d_host <> x.p_host
+    GROUP BY x.d_host
+),
+other_prefill AS (
+    -- other prefill hosts, through the decode hosts already placed on the reference clock
+    SELECT x.p_host AS host, median(d.offset_us - x.recv_diff)::BIGINT AS offset_us, count(*) AS pairs
+    FROM pairs AS x JOIN decode_hosts AS d ON d.host = x.d_host
+    WHERE x.p_host NOT IN (SELECT host FROM ref) AND x.p_host NOT IN (SELECT host FROM decode_hosts)
+    GROUP BY x.p_host
+),
+placed AS MATERIALIZED (
+    SELECT host, 0::BIGINT AS offset_us, NULL::BIGINT AS pairs, 'reference' AS method FROM ref
+    UNION ALL
+    SELECT host, offset_us, pairs, 'receive pairs' FROM decode_hosts
+    UNION ALL
+    SELECT host, offset_us, pairs, 'receive pairs via decode' FROM other_prefill
+),
+host_lines AS MATERIALIZED (
+    SELECT coalesce(l.host, '') AS host, min(l.ts_us) AS first_us, max(l.ts_us) AS last_us, count(*) AS n_lines
+    FROM lines AS l, w
+    WHERE l.ts_us >= w.start_us - 600000000 AND l.ts_us <= w.end_us + 600000000
+    GROUP BY 1
+),
+offsets AS MATERIALIZED (
+    SELECT h.host, coalesce(pl.offset_us, 0) AS offset_us, pl.pairs, coalesce(pl.method, 'assumed') AS method,
+        h.first_us - coalesce(pl.offset_us, 0) AS first_t, h.last_us - coalesce(pl.offset_us, 0) AS last_t, h.n_lines
+    FROM host_lines AS h LEFT JOIN placed AS pl USING (host)
+),
+-- The window on the reference clock: given bounds are true time; a data span ends where the
+-- last host's lines end, once each host is moved onto the reference clock.
+clock AS MATERIALIZED (
+    SELECT
+        CASE WHEN any_value(w.start_given) THEN any_value(w.start_us)
+             ELSE coalesce(min(o.first_t), any_value(w.start_us)) END AS start_t,
+        CASE WHEN any_value(w.end_given) THEN any_value(w.end_us)
+             ELSE coalesce(max(o.last_t), any_value(w.end_us)) END AS end_t
+    FROM w LEFT JOIN offsets AS o ON true
+),
+-- The window on each host's own clock: every later step keeps a line when lo_us <= ts_us <= hi_us.
+hw AS MATERIALIZED (
+    SELECT o.host, o.offset_us, clock.start_t + o.offset_us AS lo_us, clock.end_t + o.offset_us AS hi_us
+    FROM offsets AS o, clock
+),
+
+-- -------------------------------------------------------------------------------- watchdog
+-- The patch prints `inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=Ns` once per
+-- scheduler process at start; lines before the window count (the prefill may have started long
+-- before it). A prefill start in the data without that line means an old build.
+armed AS (
+    SELECT count(*) AS n, arg_max(e.timeout_s, e.ts_us) AS timeout_s, max(e.ts_us) AS last_us
+    FROM events AS e JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us <= hw.hi_us
+    WHERE e.event = 'watchdog_armed'
+),
+fired AS (
+    SELECT count(*) AS n, max(e.timeout_s) AS timeout_s
+    FROM events AS e JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    WHERE e.event = 'watchdog_fired'
+),
+prefill_starts AS (
+    SELECT count(*) AS n FROM events AS e JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us <= hw.hi_us
+    WHERE e.engine = 'prefill' AND e.event IN ('server_args', 'server_ready', 'unit_started')
+),
+st AS MATERIALIZED (
+    SELECT
+        CASE
+            WHEN w.operator_deployed IS NOT NULL THEN w.operator_deployed
+            WHEN armed.n > 0 OR fired.n > 0 THEN true
+            WHEN prefill_starts.n > 0 THEN false
+        END AS deployed,
+        CASE
+            WHEN w.operator_deployed IS NOT NULL THEN 'operator'
+            WHEN armed.n > 0 THEN 'armed line'
+            WHEN fired.n > 0 THEN 'firing lines'
+            WHEN prefill_starts.n > 0 THEN 'the prefill started without the armed line'
+            ELSE 'no armed line and no prefill start in the data'
+        END AS deployed_basis,
+        coalesce(w.operator_timeout_s, armed.timeout_s, fired.timeout_s, w.default_timeout_s) AS timeout_s,
+        CASE
+            WHEN w.operator_timeout_s IS NOT NULL THEN 'operator (--watchdog-timeout)'
+            WHEN armed.timeout_s IS NOT NULL THEN 'armed line'
+            WHEN fired.timeout_s IS NOT NULL THEN 'firing lines'
+            ELSE 'default'
+        END AS timeout_source,
+        armed.n AS armed_lines, armed.last_us AS armed_at_us, fired.n AS firing_lines,
+        w.grace_s, w.start_us, w.end_us, clock.start_t, clock.end_t,
+        (w.suppress_interval_s * 1e6)::BIGINT AS suppress_us,
+        w.storm_min_aborts, (w.storm_gap_s * 1e6)::BIGINT AS storm_gap_us
+    FROM w, armed, fired, prefill_starts, clock
+),
+s AS MATERIALIZED (
+    -- stuck_us = timeout + grace: a request held longer than that with no watchdog line is one the
+    -- watchdog should have released
+    SELECT *, (timeout_s * 1e6)::BIGINT AS timeout_us, ((timeout_s + grace_s) * 1e6)::BIGINT AS stuck_us FROM st
+),
+
+-- ---------------------------------------------------------------------- engine incarnations
+-- An incarnation is one run of an engine process on a host. Journal lines name it (invocation
+-- id, else PID); plain files do not, so there startup lines mark it (`server_args=...`, or `fired
+-- up and ready to roll` after a SIGTERM / `Gracefully exiting`). systemd's own lines about the
+-- unit (pid 1) and journald's are markers, not the engine's process.
+life AS MATERIALIZED (
+    SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us, l.event, l.pid, l.invocation_id, l.line_id,
+        l.event IN ('sigterm', 'graceful_exit', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed') AS is_stop
+    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    WHERE l.engine IN ('prefill', 'decode')
+      AND l.event IN ('server_args', 'server_ready', 'unit_started', 'sigterm', 'graceful_exit',
+                      'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed')
+),
+ident AS (
+    SELECT coalesce(l.host, '') AS host, l.engine, coalesce(l.invocation_id, l.pid::VARCHAR) AS identity,
+        min(l.ts_us) AS first_us, max(l.ts_us) AS last_us
+    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    WHERE l.engine IN ('prefill', 'decode')
+      AND (l.invocation_id IS NOT NULL OR l.pid IS NOT NULL)
+      AND coalesce(l.pid, 0) <> 1
+      AND coalesce(l.syslog_identifier, '') NOT IN ('systemd', 'systemd-journald', 'init')
+      AND coalesce(l.event, '') NOT IN (
+          'unit_started', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed', 'journal_suppressed')
+    GROUP BY ALL
+),
+islands AS (
+    -- identities that overlap in time (TP-rank subprocesses with their own PIDs) are one
+    -- incarnation; a new one starts when an identity begins after every earlier one has ended
+    SELECT *,
+        coalesce(first_us > max(last_us) OVER (
+            PARTITION BY host, engine ORDER BY first_us, last_us
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), true) AS starts_new
+    FROM ident
+),
+numbered AS (
+    SELECT *, sum(starts_new::INTEGER) OVER (PARTITION BY host, engine ORDER BY first_us, last_us) AS k
+    FROM islands
+),
+by_identity AS (
+    SELECT host, engine, min(first_us) AS start_us, string_agg(identity, ',' ORDER BY first_us) AS identity,
+        'new process' AS started_by
+    FROM numbered GROUP BY host, engine, k
+),
+anon_lines AS (
+    SELECT coalesce(l.host, '') AS host, l.engine, min(l.ts_us) AS start_us
+    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    WHERE l.engine IN ('prefill', 'decode') AND l.invocation_id IS NULL AND l.pid IS NULL
+    GROUP BY ALL
+),
+anon_marks AS (
+    SELECT *, lag(event) OVER (PARTITION BY host, engine ORDER BY ts_us, line_id) AS prev_event
+    FROM life WHERE pid IS NULL AND invocation_id IS NULL
+),
+anon_starts AS (
+    -- without process ids, a startup after an earlier lifecycle line is a new process
+    SELECT host, engine, ts_us AS start_us, NULL AS identity, 'startup line' AS started_by
+    FROM anon_marks
+    WHERE (event = 'server_args' AND prev_event IS NOT NULL)
+       OR (event = 'server_ready' AND prev_event IN ('sigterm', 'graceful_exit', 'server_ready'))
+    UNION ALL
+    SELECT host, engine, start_us, NULL, 'first line' FROM anon_lines
+),
+all_starts AS (
+    SELECT host, engine, start_us, identity, started_by FROM by_identity
+    UNION ALL
+    SELECT DISTINCT ON (host, engine, start_us) host, engine, start_us, identity, started_by FROM anon_starts
+),
+spans AS MATERIALIZED (
+    SELECT *, row_number() OVER wi AS incarnation, lead(start_us) OVER wi AS next_start_us
+    FROM all_starts
+    WINDOW wi AS (PARTITION BY host, engine ORDER BY start_us)
+),
+seconds AS MATERIALIZED (
+    -- seconds in which each engine host logged anything: cheap to scan for ends and gaps
+    SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us // 1000000 AS sec,
+        min(l.ts_us) AS lo_us, max(l.ts_us) AS hi_us, count(*) AS n_lines
+    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    WHERE l.engine IN ('prefill', 'decode')
+    GROUP BY ALL
+),
+marks AS (
+    SELECT sp.host, sp.engine, sp.incarnation,
+        min(m.ts_us) FILTER (WHERE m.event = 'server_ready') AS ready_us,
+        min(m.ts_us) FILTER (WHERE m.is_stop) AS stop_us
+    FROM spans AS sp
+    JOIN life AS m ON m.host = sp.host AND m.engine = sp.engine
+     AND m.ts_us >= sp.start_us AND m.ts_us < coalesce(sp.next_start_us, 9223372036854775807)
+    GROUP BY ALL
+),
+last_lines AS (
+    SELECT sp.host, sp.engine, sp.incarnation, max(x.hi_us) AS last_us
+    FROM spans AS sp
+    JOIN seconds AS x ON x.host = sp.host AND x.engine = sp.engine
+     AND x.hi_us >= sp.start_us AND x.hi_us < coalesce(sp.next_start_us, 9223372036854775807)
+    GROUP BY ALL
+),
+inc AS MATERIALIZED (
+    SELECT
+        sp.host, sp.engine, sp.incarnation, sp.identity, sp.started_by,
+        sp.start_us, sp.next_start_us, m.ready_us, m.stop_us, l.last_us,
+        sp.start_us - coalesce(o.offset_us, 0) AS start_t,
+        m.ready_us - coalesce(o.offset_us, 0) AS ready_t,
+        m.stop_us - coalesce(o.offset_us, 0) AS stop_t,
+        l.last_us - coalesce(o.offset_us, 0) AS last_t
+    FROM spans AS sp
+    LEFT JOIN marks AS m USING (host, engine, incarnation)
+    LEFT JOIN last_lines AS l USING (host, engine, incarnation)
+    LEFT JOIN offsets AS o ON o.host = sp.host
+),
+-- A restart: the old incarnation stopped (its first SIGTERM / Gracefully exiting / systemd stop,
+-- else its last line) and the new one was up (fired up and ready to roll, else its first line).
+-- gone_t is the old process's last line: requests it still held are gone from then on. An
+-- engine that stopped and did not come back within the window is 'stopped', down to the end.
+restarts AS MATERIALIZED (
+    SELECT
+        i.host, i.engine, 'restart' AS kind, prev.incarnation AS old_incarnation, i.incarnation AS new_incarnation,
+        prev.identity AS old_identity, i.identity AS new_identity,
+        coalesce(prev.stop_t, prev.last_t, i.start_t) AS stop_t,
+        coalesce(prev.last_t, prev.stop_t, i.start_t) AS gone_t,
+        coalesce(i.ready_t, i.start_t) AS up_t,
+        CASE WHEN prev.stop_t IS NOT NULL THEN 'stop line' ELSE 'new process without a stop line' END AS how
+    FROM inc AS i
+    JOIN inc AS prev ON prev.host = i.host AND prev.engine = i.engine AND prev.incarnation = i.incarnation - 1
+    UNION ALL
+    SELECT host, engine, 'stopped', incarnation, NULL, identity, NULL,
+        stop_t, greatest(coalesce(last_t, stop_t), stop_t), NULL, 'stop line, no restart in the window'
+    FROM inc WHERE next_start_us IS NULL AND stop_t IS NOT NULL
+),
+
+-- ------------------------------------------------------------------------------ the gauge
+-- Prefill `#inflight-req` per stats-logging rank. Nothing is printed while no batch runs; on an
+-- idle prefill a health check's 1-token batch is what shows the floor. A stream is one rank of
+-- one prefill incarnation (a restart empties the queue). `inflight_gauge` lists the samples.
+samples AS MATERIALIZED (
+    SELECT g.*, coalesce(i.incarnation, 1) AS incarnation
+    FROM (
+        SELECT coalesce(e.host, '') AS host, coalesce(e.dp_rank, -1) AS dp_rank, coalesce(e.tp_rank, -1) AS tp_rank,
+            e.line_id, e.ts_us, e.ts_us - coalesce(o.offset_us, 0) AS t_us,
+            e.bootstrap_req, e.queue_req, pdf_floor(e.inflight_req, e.new_seq, e.entry) AS floor
+        FROM events AS e
+        JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+        LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+        WHERE e.event = 'prefill_stats' AND e.engine = 'prefill' AND e.inflight_req IS NOT NULL
+    ) AS g
+    ASOF LEFT JOIN (SELECT host, incarnation, start_us FROM inc WHERE engine = 'prefill') AS i
+      ON i.host = g.host AND g.ts_us >= i.start_us
+),
+tails AS MATERIALIZED (
+    -- tail_min(sample) = the lowest floor from that sample on: it only rises with time
+    SELECT *,
+        min(floor) OVER (
+            PARTITION BY host, dp_rank, tp_rank, incarnation ORDER BY t_us, line_id
+            ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING) AS tail_min,
+        max(t_us) OVER (PARTITION BY host, dp_rank, tp_rank, incarnation) AS stream_last_t
+    FROM samples
+),
+levels AS MATERIALIZED (
+    -- pinned_floor = tail_min at the last sample a full timeout+grace before the stream's last
+    -- sample: that many requests sat in the queue longer than the timeout
+    SELECT t.host, t.dp_rank, t.tp_rank, t.incarnation,
+        count(*) AS samples, min(t.t_us) AS first_t, max(t.t_us) AS last_t,
+        arg_max(t.floor, t.t_us) AS last_floor, max(t.floor) AS peak_floor,
+        max(t.t_us) FILTER (WHERE t.floor = 0) AS last_zero_t,
+        -- nothing held at all: no earlier batch in flight, nobody bootstrapping or waiting
+        max(t.t_us) FILTER (WHERE t.floor = 0 AND coalesce(t.bootstrap_req, 0) = 0 AND coalesce(t.queue_req, 0) = 0)
+            AS last_empty_t,
+        coalesce(max(t.tail_min) FILTER (WHERE t.t_us <= t.stream_last_t - s.stuck_us), 0) AS pinned_floor
+    FROM tails AS t, s
+    GROUP BY ALL
+),
+streams AS MATERIALIZED (
+    -- pinned_since: when the floor rose to pinned_floor for good; open_floor/open_since: the final
+    -- floor above that, not (yet) a full timeout old
+    SELECT l.*,
+        min(t.t_us) FILTER (WHERE t.tail_min >= l.pinned_floor AND l.pinned_floor > 0) AS pinned_since,
+        l.last_floor - l.pinned_floor AS open_floor,
+        min(t.t_us) FILTER (WHERE t.tail_min > l.pinned_floor) AS open_since
+    FROM levels AS l JOIN tails AS t USING (host, dp_rank, tp_rank, incarnation)
+    GROUP BY ALL
+),
+per_dp AS (
+    -- duplicate TP-rank streams of one DP rank (--enable-metrics-for-all-schedulers) count once
+    SELECT host, incarnation, dp_rank,
+        max(pinned_floor) AS pinned_floor, min(pinned_since) AS pinned_since,
+        max(open_floor) AS open_floor, min(open_since) AS open_since, max(last_floor) AS last_floor,
+        max(last_zero_t) AS last_zero_t, max(last_empty_t) AS last_empty_t,
+        max(last_t) AS last_t, min(first_t) AS first_t, sum(samples) AS samples, max(peak_floor) AS peak_floor
+    FROM streams GROUP BY ALL
+),
+gauge AS MATERIALIZED (
+    -- per prefill host and incarnation; DP ranks add up. last_zero_t / last_empty_t: by then every
+    -- DP rank's inflight queue (resp. all its queues) had been seen empty at least once
+    SELECT g.host, g.incarnation,
+        sum(g.pinned_floor)::BIGINT AS pinned_floor, min(g.pinned_since) AS pinned_since,
+        sum(g.open_floor)::BIGINT AS open_floor, min(g.open_since) AS open_since,
+        sum(g.last_floor)::BIGINT AS last_floor,
+        CASE WHEN count(g.last_zero_t) = count(*) THEN min(g.last_zero_t) END AS last_zero_t,
+        CASE WHEN count(g.last_empty_t) = count(*) THEN min(g.last_empty_t) END AS last_empty_t,
+        max(g.last_t) AS last_t, min(g.first_t) AS first_t, sum(g.samples)::BIGINT AS samples,
+        sum(g.peak_floor)::BIGINT AS peak_floor,
+        -- a stream ends with its incarnation: the process's last line if it restarted, else the window end
+        coalesce(any_value(CASE WHEN i.next_start_us IS NOT NULL THEN i.last_t END), any_value(s.end_t)) AS stream_end_t
+    FROM per_dp AS g
+    CROSS JOIN s
+    LEFT JOIN inc AS i ON i.host = g.host AND i.engine = 'prefill' AND i.incarnation = g.incarnation
+    GROUP BY g.host, g.incarnation
+),
+
+-- ------------------------------------------------------------------------ what was logged
+levels_seen AS MATERIALIZED (
+    SELECT coalesce(e.host, '') AS host, e.engine,
+        CASE
+            WHEN bool_or(e.event = 'abort_request') THEN 'L3'
+            WHEN bool_or(e.event = 'req_time_stats') THEN 'L2'
+            WHEN bool_or(e.event IN ('request_received', 'request_finished')) THEN 'L1'
+            ELSE 'L0'
+        END AS evidence_level
+    FROM events AS e JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    WHERE e.event IN ('abort_request', 'req_time_stats', 'request_received', 'request_finished', 'prefill_stats', 'decode_stats')
+    GROUP BY ALL
+),
+logged AS MATERIALIZED (
+    -- lines from other programs (shell helpers, library warnings, tracebacks) are counted, never holes
+    SELECT coalesce(l.host, '') AS host, l.engine,
+        count(*) AS n_lines,
+        count(*) FILTER (WHERE l.event IS NOT NULL) AS n_recognised,
+        count(*) FILTER (WHERE l.parse_error IS NOT NULL) AS n_parse_errors,
+        count(*) FILTER (WHERE l.event IS NULL AND l.parse_error IS NULL AND l.cont_of IS NULL) AS n_other_lines,
+        count(*) FILTER (WHERE l.cont_of IS NOT NULL) AS n_continuation,
+        min(l.ts_us) AS first_us, max(l.ts_us) AS last_us
+    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    GROUP BY ALL
+),
+coverage_by_engine AS MATERIALIZED (
+    SELECT lg.*, coalesce(lv.evidence_level, 'L0') AS evidence_level
+    FROM logged AS lg LEFT JOIN levels_seen AS lv USING (host, engine)
+),
+
+-- ---------------------------------------------------------------------------------- holes
+-- Stretches where lines that matter may be missing or unreadable:
+--   journald_suppression  journald dropped N lines of a unit (rate limit) in the interval before
+--                         its `Suppressed N messages from UNIT` line
+--   parse_error           recognised SGLang lines whose pattern failed (lines.parse_error), per minute
+--   engine_down           between an engine's stop and its next start (or the window end)
+--   engine_silent         an engine logged nothing for longer than timeout+grace while the other
+--                         engine received new requests (or, at L0, ran batches): its lines are missing
+-- A hole is `covered` when prefill evidence (a per-request line, a gauge sample, a terminal line)
+-- exists a full timeout+grace after it: a request stuck in the hole would show there (a watchdog
+-- line, a floor, an open request).
+suppressed AS (
+    SELECT 'journald_suppression' AS kind, coalesce(e.host, '') AS host,
+        CASE WHEN e.unit ILIKE '%prefill%' THEN 'prefill' WHEN e.unit ILIKE '%decode%' THEN 'decode' ELSE e.engine END AS engine,
+        e.unit, e.ts_us - coalesce(o.offset_us, 0) - s.suppress_us AS from_t, e.ts_us - coalesce(o.offset_us, 0) AS to_t,
+        e.count AS n,
+        format('journald suppressed {} messages from {}', coalesce(e.count::VARCHAR, 'some'), coalesce(e.unit, '?')) AS detail
+    FROM events AS e
+    CROSS JOIN s
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.event = 'journal_suppressed'
+),
+parse_errors AS (
+    SELECT 'parse_error' AS kind, x.host, x.engine, min(x.unit) AS unit,
+        min(x.ts_us) - any_value(coalesce(o.offset_us, 0)) AS from_t,
+        max(x.ts_us) - any_value(coalesce(o.offset_us, 0)) AS to_t,
+        count(*) AS n,
+        format('{} recognised SGLang line(s) failed to parse ({})', count(*), string_agg(DISTINCT x.parse_error, ', ')) AS detail
+    FROM (
+        SELECT coalesce(l.host, '') AS host, l.engine, l.unit, l.ts_us, l.parse_error
+        FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+        WHERE l.parse_error IS NOT NULL
+    ) AS x
+    LEFT JOIN offsets AS o ON o.host = x.host
+    GROUP BY x.host, x.engine, x.ts_us // 60000000
+),
+down AS (
+    SELECT 'engine_down' AS kind, r.host, r.engine, NULL AS unit, r.stop_t AS from_t, coalesce(r.up_t, s.end_t) AS to_t,
+        NULL::BIGINT AS n,
+        CASE WHEN r.kind = 'restart' THEN format('{} restarted ({})', r.engine, r.how)
+             ELSE format('{} stopped and did not come back in the window', r.engine) END AS detail
+    FROM restarts AS r, s
+),
+received AS MATERIALIZED (
+    SELECT room_legs.engine, (room_legs.ts_us - coalesce(o.offset_us, 0)) // 1000000 AS sec, count(*) AS n
+    FROM legs AS room_legs LEFT JOIN offsets AS o USING (host)
+    WHERE room_legs.event = 'request_received'
+    GROUP BY ALL
+),
+traffic AS (
+    -- new requests per second and engine; at L0 (no request log) batches stand in for them
+    SELECT engine, sec, n FROM received
+    UNION ALL
+    SELECT e.engine, (e.ts_us - coalesce(o.offset_us, 0)) // 1000000, count(*)
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.event IN ('prefill_stats', 'decode_stats') AND NOT EXISTS (SELECT 1 FROM received)
+    GROUP BY ALL
+),
+activity AS MATERIALIZED (
+    SELECT x.host, x.engine, x.lo_us - coalesce(o.offset_us, 0) AS lo_t, x.hi_us - coalesce(o.offset_us, 0) AS hi_t
+    FROM seconds AS x LEFT JOIN offsets AS o USING (host)
+),
+gaps AS (
+    SELECT host, engine, lag(hi_t) OVER (PARTITION BY host, engine ORDER BY lo_t) AS from_t, lo_t AS to_t
+    FROM activity
+    UNION ALL
+    SELECT a.host, a.engine, any_value(s.start_t), min(a.lo_t) FROM activity AS a, s GROUP BY a.host, a.engine
+    UNION ALL
+    SELECT a.host, a.engine, max(a.hi_t), any_value(s.end_t) FROM activity AS a, s GROUP BY a.host, a.engine
+    UNION ALL
+    -- no prefill line at all in the window
+    SELECT '', 'prefill', s.start_t, s.end_t FROM s
+    WHERE NOT EXISTS (SELECT 1 FROM activity WHERE engine = 'prefill')
+),
+silent AS (
+    SELECT 'engine_silent' AS kind, g.host, g.engine, NULL AS unit, g.from_t, g.to_t, sum(t.n)::BIGINT AS n,
+        format('{} logged nothing for {:.0f} s while the other engine took {} new request(s) or batches',
+               g.engine, (g.to_t - g.from_t) / 1e6, sum(t.n)::BIGINT) AS detail
+    FROM gaps AS g
+    CROSS JOIN s
+    JOIN traffic AS t
+      ON t.engine <> g.engine AND t.engine IN ('prefill', 'decode')
+     AND t.sec * 1000000 > g.from_t AND t.sec * 1000000 < g.to_t
+    WHERE g.from_t IS NOT NULL AND g.to_t - g.from_t > s.stuck_us
+    GROUP BY g.host, g.engine, g.from_t, g.to_t
+),
+holes_raw AS (
+    SELECT * FROM suppressed
+    UNION ALL SELECT * FROM parse_errors
+    UNION ALL SELECT * FROM down
+    UNION ALL SELECT * FROM silent
+),
+prefill_evidence AS MATERIALIZED (
+    -- what the prefill side last showed, per host
+    SELECT coalesce(e.host, '') AS host, max(e.ts_us - coalesce(o.offset_us, 0)) AS last_t
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.engine = 'prefill'
+      AND e.event IN ('prefill_stats', 'request_received', 'request_finished', 'req_time_stats',
+                      'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',
+                      'watchdog_fired', 'abort_request')
+    GROUP BY 1
+),
+tp_ranks AS MATERIALIZED (
+    -- how many TP ranks each prefill host has (failure and firing lines come from every rank)
+    SELECT coalesce(e.host, '') AS host, count(DISTINCT e.tp_rank) AS tp_ranks
+    FROM events AS e JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    WHERE e.engine = 'prefill' AND e.tp_rank IS NOT NULL
+    GROUP BY 1
+),
+abort_rooms AS MATERIALIZED (
+    -- L3 `Abort <queue> request.` lines carry only the rid: their room is the one the same engine's
+    -- Receive: line gave that rid
+    SELECT DISTINCT a.line_id, r.room
+    FROM events AS a
+    JOIN hw ON hw.host = coalesce(a.host, '') AND a.ts_us >= hw.lo_us AND a.ts_us <= hw.hi_us
+    JOIN legs AS r ON r.engine = a.engine AND r.rid = a.rid AND r.event = 'request_received'
+    WHERE a.event = 'abort_request' AND a.bootstrap_room IS NULL
+),
+holes AS MATERIALIZED (
+    SELECT
+        row_number() OVER (ORDER BY h.from_t, h.kind, h.host) AS hole_id,
+        h.*,
+        ev.last_t AS prefill_evidence_until_t,
+        coalesce(ev.last_t >= h.to_t + s.stuck_us, false) AS covered
+    FROM holes_raw AS h
+    CROSS JOIN s
+    LEFT JOIN (
+        -- a hole on a prefill host is judged by that host's later evidence; other holes by any prefill's
+        SELECT host, last_t FROM prefill_evidence
+        UNION ALL
+        SELECT NULL, max(last_t) FROM prefill_evidence
+    ) AS ev
+      ON (h.engine = 'prefill' AND h.host <> '' AND ev.host = h.host)
+      OR ((h.engine IS DISTINCT FROM 'prefill' OR h.host = '') AND ev.host IS NULL)
+)
+
+SELECT
+    s.*,
+    (SELECT list(o ORDER BY o.host) FROM (SELECT o.*, hw.lo_us, hw.hi_us FROM offsets AS o JOIN hw USING (host)) AS o) AS host_offsets,
+    (SELECT list(i ORDER BY i.host, i.engine, i.incarnation) FROM inc AS i) AS incarnations,
+    (SELECT list(r ORDER BY r.stop_t) FROM restarts AS r) AS engine_restarts,
+    (SELECT list(g ORDER BY g.host, g.incarnation) FROM gauge AS g) AS host_gauge,
+    (SELECT list(h ORDER BY h.hole_id) FROM holes AS h) AS holes,
+    (SELECT list(c ORDER BY c.host, c.engine) FROM coverage_by_engine AS c) AS engine_coverage,
+    coalesce((SELECT list(DISTINCT host) FROM seconds WHERE engine = 'prefill'), []) AS prefill_hosts,
+    coalesce((SELECT list(a) FROM abort_rooms AS a), []) AS abort_rooms,
+    (SELECT list(t) FROM tp_ranks AS t) AS prefill_tp_ranks,
+    (SELECT max(last_t) FROM prefill_evidence) AS prefill_evidence_until_t,
+    EXISTS (SELECT 1 FROM seconds WHERE engine = 'decode') AS decode_logged,
+    coalesce(
+        (SELECT max(evidence_level) FROM coverage_by_engine WHERE engine = 'prefill'),
+        (SELECT max(evidence_level) FROM coverage_by_engine),
+        'L0'
+    ) AS evidence_level
+FROM s;

@@ -1,0 +1,278 @@
+-- One row per request (bootstrap_room) with its class and flags (design.md §3; first match wins):
+--   watchdog_fired   a watchdog line force-failed it
+--   silent_pin       held by the prefill past timeout+grace with no terminal line (prefill_status 'pinned')
+--   transfer_failed  a failure line with a non-abort reason ended it
+--   aborted          an abort ended it
+--   lost             the engine holding it stopped or restarted while it was open (or the prefill's
+--                    queues were later seen empty without its end being logged): gone, not stuck
+--   completed        finished normally (decode Finish / time stats; prefill-only data: the prefill's Finish)
+--   in_flight        still open at the window end and younger than the timeout, or undecided
+--                    (prefill_status 'hidden' / 'waiting_queue' / 'no_prefill': see undecided_reason)
+-- Flags: abort_race (an abort landed while the prefill side was past bootstrap, in the inflight
+-- queue; abort_race_outcome says released / pinned / open), across_restart (its life spans a
+-- restart of an engine that was not holding it), one_sided (seen on one engine only).
+--
+-- Evidence rules (sglang-log-reference §3-§4):
+--   `Prefill transfer failed ... Aborted by AbortReq.`  the abort hit the inflight queue: an abort race, released
+--   `Prefill bootstrap failed ...`                      the abort hit the bootstrap queue: not a race
+--   `Decode transfer failed ...` (not handshake)        decode had finished its handshake, so the prefill
+--                                                       was past bootstrap; if the prefill never reports
+--                                                       the room again, it is still held there (pinned)
+CREATE OR REPLACE VIEW requests AS
+WITH
+c AS MATERIALIZED (SELECT * FROM context),
+restarts AS MATERIALIZED (SELECT unnest(engine_restarts, recursive := true) FROM c),
+holes AS MATERIALIZED (SELECT unnest(holes, recursive := true) FROM c),
+gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
+prefill_hosts AS MATERIALIZED (SELECT unnest(prefill_hosts) AS host FROM c),
+ig AS MATERIALIZED (SELECT host, t_us, queue_req FROM inflight_gauge),
+
+-- Where each request ended on each side, and who may still hold it.
+rs AS MATERIALIZED (
+    SELECT
+        f.*,
+        -- the prefill released it: its Finish, time stats, a failure line, or the watchdog
+        least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) AS p_end,
+        least(f.d_done, f.d_stats_at, f.d_hs_failed, f.d_xfer_failed, f.d_finish_abort) AS d_end,
+        (f.d_done IS NOT NULL OR f.d_stats_at IS NOT NULL) AS d_completed,
+        f.p_any_abort OR f.d_any_abort AS any_abort,
+        -- a non-abort failure; a rank that only propagated another rank's failure counts only when
+        -- no rank gave an abort as the reason
+        f.p_any_failure OR f.d_any_failure
+            OR ((f.p_any_propagated OR f.d_any_propagated) AND NOT (f.p_any_abort OR f.d_any_abort)) AS any_failure,
+        (f.p_first IS NULL) <> (f.d_first IS NULL) AS one_sided,
+        -- Prefill may still hold it: no prefill terminal line, decode did not complete it, and either
+        -- the prefill saw it or `Decode transfer failed` says the prefill side was past bootstrap.
+        (least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) IS NULL
+            AND f.d_done IS NULL AND f.d_stats_at IS NULL
+            AND (f.p_first IS NOT NULL OR f.d_xfer_failed IS NOT NULL)) AS prefill_may_hold,
+        coalesce(f.p_recv, f.p_first, f.d_xfer_failed) AS open_start,
+        -- decode holds it once the prefill sent its KV (or when the prefill never saw it)
+        (f.p_done IS NOT NULL OR f.p_stats_at IS NOT NULL OR f.p_first IS NULL) AS decode_side_only,
+        coalesce(f.d_first, f.p_done, f.p_stats_at) AS decode_from
+    FROM room_facts AS f
+),
+
+-- Requests the prefill may still hold, judged against the timeout.
+--   pin_start: from when it was surely past the prefill's waiting queue and still held:
+--     L1: its Receive, unless the waiting queue (#queue-req) was non-empty in later samples; then
+--         the first sample with an empty waiting queue (an empty waiting queue means it was scheduled);
+--     L0: the decode's `Decode transfer failed` (decode had finished its handshake).
+--   deadline = pin_start + timeout + grace: the watchdog should have released it by then.
+--   prefill_status:
+--     gone           the prefill incarnation holding it ended before the deadline
+--     released       a later gauge sample shows every prefill queue empty: it left without a line
+--     waiting_queue  open past the timeout, but the waiting queue never drained: it may still be
+--                    waiting, not pinned (undecided)
+--     young          the deadline is after the end of the evidence
+--     hidden         a hole on its prefill (suppression, parse failure, silence) overlaps
+--                    [pin_start, deadline] and no gauge sample a full timeout+grace later: its end
+--                    may be in the hole (undecided)
+--     no_prefill     no prefill line at all in the window (undecided)
+--     pinned         held past the deadline with nothing hiding its end: a silent pin
+held_by_prefill AS MATERIALIZED (
+    SELECT r.bootstrap_room, r.p_recv, r.open_start,
+        -- at L0 the room may not name its prefill: with one prefill host it can only be that one
+        coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1 THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
+        (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts
+    FROM rs AS r
+    WHERE r.prefill_may_hold
+),
+sampled AS (
+    SELECT host, max(t_us) AS last_sample_t FROM ig GROUP BY host
+),
+emptied AS (
+    SELECT host, max(last_empty_t) AS last_empty_t FROM gauge GROUP BY host
+),
+drain AS (
+    SELECT h.bootstrap_room, d.t_us AS first_drain_t
+    FROM held_by_prefill AS h
+    ASOF LEFT JOIN (SELECT host, t_us FROM ig WHERE queue_req = 0) AS d
+      ON d.host = h.host AND h.p_recv <= d.t_us
+),
+prefill_gone AS (
+    SELECT h.bootstrap_room, min(x.gone_t) AS gone_t
+    FROM held_by_prefill AS h
+    JOIN restarts AS x ON x.engine = 'prefill' AND x.host = h.host AND x.gone_t >= h.open_start
+    GROUP BY h.bootstrap_room
+),
+timed AS MATERIALIZED (
+    SELECT h.*, d.first_drain_t, g.gone_t, sm.last_sample_t, e.last_empty_t,
+        CASE
+            WHEN h.p_recv IS NULL THEN h.open_start
+            WHEN sm.last_sample_t IS NULL OR sm.last_sample_t < h.p_recv THEN h.p_recv
+            ELSE d.first_drain_t
+        END AS pin_start,
+        least(c.end_t, g.gone_t) AS obs_end,
+        c.stuck_us
+    FROM held_by_prefill AS h
+    CROSS JOIN c
+    LEFT JOIN drain AS d USING (bootstrap_room)
+    LEFT JOIN prefill_gone AS g USING (bootstrap_room)
+    LEFT JOIN sampled AS sm ON sm.host = h.host
+    LEFT JOIN emptied AS e ON e.host = h.host
+),
+hidden_by AS (
+    SELECT t.bootstrap_room, max(x.to_t) AS hole_to_t, list_sort(list(DISTINCT x.hole_id)) AS hole_ids
+    FROM timed AS t
+    JOIN holes AS x
+      ON x.engine = 'prefill' AND x.kind <> 'engine_down'
+     AND (x.host = t.host OR x.host = '' OR t.host IS NULL)
+     AND x.from_t <= t.pin_start + t.stuck_us AND x.to_t >= t.pin_start
+    WHERE t.pin_start IS NOT NULL
+    GROUP BY t.bootstrap_room
+),
+po AS MATERIALIZED (
+    SELECT t.*, t.pin_start + t.stuck_us AS deadline, hb.hole_to_t, hb.hole_ids,
+        CASE
+            WHEN t.n_prefill_hosts = 0 THEN 'no_prefill'
+            WHEN t.pin_start IS NOT NULL AND t.gone_t IS NOT NULL AND t.pin_start + t.stuck_us > t.gone_t THEN 'gone'
+            WHEN t.pin_start IS NULL AND t.gone_t IS NOT NULL AND t.open_start + t.stuck_us > t.gone_t THEN 'gone'
+            -- a second of margin: the batch that scheduled it is excluded from its own sample's floor
+            WHEN t.last_empty_t > coalesce(t.pin_start, t.p_recv) + 1000000 THEN 'released'
+            WHEN t.pin_start IS NULL
+                THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
+            WHEN t.pin_start + t.stuck_us > t.obs_end THEN 'young'
+            WHEN hb.hole_to_t IS NOT NULL AND NOT coalesce(t.last_sample_t >= hb.hole_to_t + t.stuck_us, false) THEN 'hidden'
+            ELSE 'pinned'
+        END AS status
+    FROM timed AS t
+    LEFT JOIN hidden_by AS hb USING (bootstrap_room)
+),
+
+base AS MATERIALIZED (
+    SELECT r.*, o.status, o.pin_start, o.deadline, o.obs_end, o.gone_t AS p_gone_t, o.hole_ids, o.host AS p_host_eff
+    FROM rs AS r LEFT JOIN po AS o USING (bootstrap_room)
+),
+decode_gone AS (
+    -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
+    SELECT b.bootstrap_room, min(x.gone_t) AS gone_t
+    FROM base AS b JOIN restarts AS x
+      ON x.engine = 'decode' AND x.host = coalesce(b.d_host, x.host) AND x.gone_t >= b.decode_from
+    WHERE NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
+      AND (b.d_first IS NOT NULL OR (SELECT decode_logged FROM c))
+    GROUP BY b.bootstrap_room
+),
+lived AS MATERIALIZED (
+    SELECT b.*, dg.gone_t AS d_gone_t,
+        CASE
+            WHEN b.prefill_may_hold AND b.status NOT IN ('gone', 'released') THEN 'prefill'
+            WHEN NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
+                 AND (b.d_first IS NOT NULL OR c.decode_logged) AND dg.gone_t IS NULL THEN 'decode'
+        END AS holder_at_end,
+        least(coalesce(b.obs_end, c.end_t), coalesce(dg.gone_t, c.end_t)) AS open_until,
+        least(b.p_first, b.d_first) AS life_start
+    FROM base AS b
+    CROSS JOIN c
+    LEFT JOIN decode_gone AS dg USING (bootstrap_room)
+),
+spans AS MATERIALIZED (
+    SELECT l.*,
+        CASE WHEN l.holder_at_end IS NOT NULL OR l.status IN ('pinned', 'hidden', 'waiting_queue', 'young')
+             THEN l.open_until
+             ELSE greatest(l.p_last, l.d_last, l.p_gone_t, l.d_gone_t) END AS life_end
+    FROM lived AS l
+),
+across AS (
+    -- a restart of an engine that was not holding it, within its life; the holder's own restart
+    -- makes it lost instead
+    SELECT l.bootstrap_room
+    FROM spans AS l
+    JOIN restarts AS x
+      ON x.engine <> coalesce(l.holder_at_end, '')
+     AND ((x.engine = 'prefill' AND x.host = coalesce(l.p_host, l.p_host_eff, x.host))
+       OR (x.engine = 'decode' AND x.host = coalesce(l.d_host, x.host)))
+     AND x.stop_t <= l.life_end AND coalesce(x.up_t, (SELECT end_t FROM c)) >= l.life_start
+    WHERE NOT (x.engine = 'prefill' AND l.p_gone_t IS NOT NULL AND l.status = 'gone')
+      AND NOT (x.engine = 'decode' AND l.d_gone_t IS NOT NULL)
+    GROUP BY l.bootstrap_room
+),
+classed AS (
+    SELECT l.*,
+        a.bootstrap_room IS NOT NULL AS across_restart,
+        CASE
+            WHEN l.wd_at IS NOT NULL OR l.wd_reason_at IS NOT NULL THEN 'watchdog_fired'
+            -- 'hidden': it looks pinned, but a hole may hide its end; the verdict treats it as undecided
+            WHEN l.status IN ('pinned', 'hidden') THEN 'silent_pin'
+            WHEN l.any_failure THEN 'transfer_failed'
+            WHEN l.any_abort THEN 'aborted'
+            WHEN l.status IN ('gone', 'released') OR l.d_gone_t IS NOT NULL THEN 'lost'
+            -- without any decode line in the window, the prefill's own Finish is all there is to see
+            WHEN l.d_completed
+                 OR (NOT (SELECT decode_logged FROM c) AND (l.p_done IS NOT NULL OR l.p_stats_at IS NOT NULL)) THEN 'completed'
+            ELSE 'in_flight'
+        END AS class,
+        -- the prefill's own lines say where the abort hit; only when it never reported the room
+        -- again does the decode's `Decode transfer failed` (past handshake) make it a race
+        coalesce(l.p_xfer_abort, false)
+            OR coalesce(l.p_abort_queue ILIKE '%inflight%', false)
+            OR coalesce(l.p_finish_reason ILIKE 'Prefill transfer failed%abort%', false)
+            OR (coalesce(l.d_xfer_abort, false) AND l.p_end IS NULL)
+            AS abort_race
+    FROM spans AS l
+    LEFT JOIN across AS a USING (bootstrap_room)
+)
+SELECT
+    bootstrap_room,
+    bootstrap_room::VARCHAR AS room,
+    prefill_rid, decode_rid, class,
+    abort_race,
+    CASE
+        WHEN NOT abort_race THEN NULL
+        WHEN class = 'silent_pin' THEN 'pinned'
+        WHEN p_end IS NOT NULL OR status = 'released' THEN 'released'
+        WHEN status = 'gone' THEN 'gone with the prefill'
+        ELSE 'open'
+    END AS abort_race_outcome,
+    across_restart, one_sided,
+    -- dwell: time held by the prefill, measured as well as the evidence allows (dwell_basis)
+    CASE
+        WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN wd_dwell_s
+        WHEN p_inflight_entry IS NOT NULL THEN (coalesce(p_end, open_until) - p_inflight_entry) / 1e6
+        WHEN p_recv IS NOT NULL THEN (coalesce(p_end, open_until) - p_recv) / 1e6
+        WHEN prefill_may_hold AND pin_start IS NOT NULL THEN (open_until - pin_start) / 1e6
+    END AS dwell_s,
+    CASE
+        WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN 'watchdog line'
+        WHEN p_inflight_entry IS NOT NULL THEN 'time stats (inflight entry)'
+        WHEN p_recv IS NOT NULL THEN 'prefill Receive (upper bound)'
+        WHEN prefill_may_hold AND pin_start IS NOT NULL THEN 'decode handshake done (lower bound)'
+    END AS dwell_basis,
+    evidence_level,
+    -- the prefill may still hold it and it is not decided: a hole over it can matter
+    coalesce(prefill_may_hold AND status IN ('young', 'hidden', 'waiting_queue', 'no_prefill'), false) AS might_be_stuck,
+    CASE status
+        WHEN 'hidden' THEN 'a hole on its prefill overlaps its watchdog deadline'
+        WHEN 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
+        WHEN 'no_prefill' THEN 'no prefill line in the window'
+    END AS undecided_reason,
+    CASE
+        WHEN class <> 'lost' THEN NULL
+        WHEN status = 'gone' THEN 'the prefill holding it stopped or restarted'
+        WHEN status = 'released' THEN 'its end was not logged; the prefill queues were later empty'
+        WHEN d_gone_t IS NOT NULL THEN 'the decode holding it stopped or restarted'
+    END AS lost_reason,
+    status AS prefill_status,
+    holder_at_end,
+    coalesce(p_host, p_host_eff) AS p_host, d_host,
+    life_start AS first_t, life_end AS last_t,
+    p_recv AS prefill_received_t, d_recv AS decode_received_t,
+    p_inflight_entry AS inflight_entry_t, p_bootstrap_done AS bootstrap_done_t,
+    pin_start AS pinned_from_t, deadline AS watchdog_deadline_t,
+    coalesce(p_done, p_stats_at) AS kv_done_t,
+    coalesce(d_done, d_stats_at) AS decode_finished_t,
+    d_end AS decode_end_t, p_end AS prefill_end_t,
+    wd_at AS watchdog_fired_t, wd_dwell_s, wd_state, wd_ranks, wd_n_ranks, wd_timeout_s, wd_same_second,
+    least(p_boot_failed, p_xfer_failed, d_hs_failed, d_xfer_failed) AS failed_t,
+    least(p_abort_at, d_abort_at, p_abort_req_at) AS aborted_t,
+    coalesce(p_reason, d_reason) AS reason,
+    p_fail_ranks, d_fail_ranks, p_abort_queue,
+    CASE
+        WHEN NOT abort_race THEN NULL
+        WHEN p_xfer_abort OR p_finish_reason ILIKE 'Prefill transfer failed%abort%'
+            THEN 'Prefill transfer failed ... Aborted by AbortReq.: the abort hit the inflight queue'
+        WHEN p_abort_queue ILIKE '%inflight%' THEN 'L3 "Abort inflight queue request."'
+        ELSE 'Decode transfer failed ... abort: decode was past its handshake, and the prefill never reported the room again'
+    END AS abort_evidence,
+    p_gone_t, d_gone_t, hole_ids
+FROM classed;

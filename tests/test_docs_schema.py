@@ -1,0 +1,280 @@
+"""The documented tables and views are the database's: every relation, column and type, both ways.
+
+The documentation is README.md when it holds the schema section (the lead merges it there),
+else docs/schema.md. Its format:
+
+    ### `requests` (view)
+    Columns: every column of `events`, then:        <- optional: inherit another's columns
+    | column | type | meaning |
+    |---|---|---|
+    | `bootstrap_room` | UBIGINT | ... |
+    | `p_first`, `p_last` | BIGINT | ... |            <- several columns of one type in one row
+    | `holes` | list of `holes` rows | ... |          <- STRUCT(<the columns of `holes`>)[]
+
+Run `python tests/test_docs_schema.py` to print the sections the documentation lacks (with
+the live columns and types), to paste and then describe.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pdforensics import query, store
+
+REPO = Path(__file__).resolve().parent.parent
+HEADING = re.compile(r"^### `(\w+)` \((table|view)\)\s*$")
+INHERIT = re.compile(r"every column of `(\w+)`")
+ROW = re.compile(r"^\|\s*((?:`\w+`\s*,?\s*)+)\|\s*([^|]*?)\s*\|")
+LIST_OF = re.compile(r"^list of `(\w+)` rows$")
+
+Schema = dict[str, tuple[str, list[tuple[str, str]]]]  # name -> (kind, [(column, type)])
+
+
+def doc_path() -> Path:
+    readme = REPO / "README.md"
+    if readme.exists() and any(
+        HEADING.match(line) for line in readme.read_text(encoding="utf-8").splitlines()
+    ):
+        return readme
+    return REPO / "docs" / "schema.md"
+
+
+def parse_doc(text: str) -> Schema:
+    """Relations as documented; inherited columns are resolved after the whole text is read."""
+    raw: dict[str, tuple[str, str | None, list[tuple[str, str]]]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if m := HEADING.match(line):
+            current = m.group(1)
+            assert current not in raw, f"`{current}` is documented twice"
+            raw[current] = (m.group(2), None, [])
+            continue
+        if line.startswith("## ") or line.startswith("### "):
+            current = None
+            continue
+        if current is None:
+            continue
+        kind, _, cols = raw[current]
+        if (m := INHERIT.search(line)) and not cols:
+            raw[current] = (kind, m.group(1), cols)
+        elif (m := ROW.match(line)) and m.group(1).strip() != "column":
+            for name in re.findall(r"`(\w+)`", m.group(1)):
+                cols.append((name, m.group(2).strip()))
+
+    def columns(name: str, seen: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+        assert name in raw, f"`{seen[-1]}` inherits from `{name}`, which is not documented"
+        assert name not in seen, f"inheritance cycle {seen}"
+        _, parent, cols = raw[name]
+        return (columns(parent, (*seen, name)) if parent else []) + cols
+
+    return {name: (kind, columns(name)) for name, (kind, _, _) in raw.items()}
+
+
+def live_schema(con: duckdb.DuckDBPyConnection) -> Schema:
+    rels = con.execute(
+        "SELECT table_name, table_type FROM information_schema.tables WHERE table_catalog = current_database()"
+    ).fetchall()
+    out: Schema = {}
+    for name, kind in rels:
+        cols = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_catalog = current_database() AND table_name = ? ORDER BY ordinal_position",
+            [name],
+        ).fetchall()
+        out[name] = ("view" if kind == "VIEW" else "table", [(c, t) for c, t in cols])
+    return out
+
+
+def build_live(path: Path) -> Schema:
+    """A fresh database as ingest leaves it: the tables, and the views installed."""
+    from pdforensics.verdict import install_views
+
+    con = store.open_db(path)
+    try:
+        install_views(con)
+        return live_schema(con)
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Schema:
+    return build_live(tmp_path_factory.mktemp("docs") / "live.duckdb")
+
+
+@pytest.fixture(scope="module")
+def documented() -> Schema:
+    return parse_doc(doc_path().read_text(encoding="utf-8"))
+
+
+def disagreements(live: Schema, documented: Schema) -> list[str]:
+    """Every way the documentation and the database differ, in both directions."""
+    problems = [f"undocumented: `{n}` ({live[n][0]})" for n in sorted(set(live) - set(documented))]
+    problems += [f"documented but not in the database: `{n}`" for n in sorted(set(documented) - set(live))]
+    for name in sorted(set(live) & set(documented)):
+        (live_kind, live_cols), (doc_kind, doc_cols) = live[name], documented[name]
+        if live_kind != doc_kind:
+            problems.append(f"`{name}` is a {live_kind}, documented as a {doc_kind}")
+        live_names, doc_names = [c for c, _ in live_cols], [c for c, _ in doc_cols]
+        if live_names != doc_names:
+            lacking = [c for c in live_names if c not in doc_names]
+            stale = [c for c in doc_names if c not in live_names]
+            if lacking or stale:
+                problems.append(f"`{name}` columns differ: undocumented {lacking}, stale {stale}")
+            else:
+                at = next(i for i, (a, b) in enumerate(zip(live_names, doc_names, strict=True)) if a != b)
+                problems.append(f"`{name}` column order differs at {at}: database {live_names[at:at + 3]}, "
+                                f"documented {doc_names[at:at + 3]}")  # fmt: skip
+            continue
+        for (col, live_type), (_, doc_type) in zip(live_cols, doc_cols, strict=True):
+            if not same_type(live_type, doc_type, documented):
+                problems.append(f"`{name}.{col}` is {live_type}, documented as {doc_type}")
+    return problems
+
+
+def same_type(live_type: str, doc_type: str, documented: Schema) -> bool:
+    """Equal type names; or "list of `x` rows" for a list of structs whose fields are `x`'s columns."""
+    m = LIST_OF.match(doc_type)
+    if not m:
+        return live_type == doc_type
+    if m.group(1) not in documented:
+        return False
+    t = duckdb.sqltype(live_type)
+    if t.id != "list" or t.child.id != "struct":
+        return False
+    fields = [(n, str(ft)) for n, ft in t.child.children]
+    return fields == [(c, str(duckdb.sqltype(ct))) for c, ct in documented[m.group(1)][1]]
+
+
+def test_documentation_matches_the_database(live: Schema, documented: Schema) -> None:
+    problems = disagreements(live, documented)
+    hint = f"\n(in {doc_path().relative_to(REPO)}; `python tests/test_docs_schema.py` prints what to paste)"
+    assert not problems, "\n".join(problems) + hint
+
+
+def test_comparison_catches_every_kind_of_disagreement(live: Schema) -> None:
+    name, (kind, cols) = sorted(live.items())[0]
+    assert disagreements(live, dict(live)) == []
+    assert disagreements(live, {**live, name: (kind, cols[:-1])})  # a column left out
+    assert disagreements(live, {**live, name: (kind, [*cols, ("extra", "BIGINT")])})  # a stale column
+    assert disagreements(live, {**live, name: (kind, [(cols[0][0], "NOT_A_TYPE"), *cols[1:]])})  # a type
+    assert disagreements(live, {**live, name: ("view" if kind == "table" else "table", cols)})  # the kind
+    assert disagreements(live, {k: v for k, v in live.items() if k != name})  # a relation left out
+    assert disagreements(live, {**live, "invented": ("view", [("x", "BIGINT")])})  # an invented one
+
+
+def test_list_of_rows_types_compare_field_by_field() -> None:
+    doc: Schema = {"h": ("view", [("host", "VARCHAR"), ("method", "VARCHAR")])}
+    assert same_type('STRUCT(host VARCHAR, "method" VARCHAR)[]', "list of `h` rows", doc)
+    assert not same_type('STRUCT(host VARCHAR, "method" BIGINT)[]', "list of `h` rows", doc)
+    assert not same_type("STRUCT(host VARCHAR)[]", "list of `h` rows", doc)
+    assert not same_type('STRUCT(host VARCHAR, "method" VARCHAR)', "list of `h` rows", doc)
+    assert not same_type('STRUCT(host VARCHAR, "method" VARCHAR)[]', "list of `nope` rows", doc)
+
+
+def test_every_saved_query_is_documented() -> None:
+    text = doc_path().read_text(encoding="utf-8")
+    missing = [name for name in query.saved_queries() if f"`{name}`" not in text]
+    assert not missing, f"saved queries not mentioned in {doc_path().name}: {missing}"
+
+
+def test_parser_reads_rows_groups_and_inheritance() -> None:
+    doc = parse_doc(
+        "## Tables\n### `a` (table)\n| column | type | meaning |\n|---|---|---|\n"
+        "| `x` | BIGINT | one |\n| `y`, `z` | VARCHAR | two, with a \\| pipe |\n"
+        "## Views\n### `b` (view)\nColumns: every column of `a`, then:\n\n"
+        "| column | type | meaning |\n|---|---|---|\n| `t_us` | BIGINT | three |\n"
+    )
+    assert doc == {
+        "a": ("table", [("x", "BIGINT"), ("y", "VARCHAR"), ("z", "VARCHAR")]),
+        "b": ("view", [("x", "BIGINT"), ("y", "VARCHAR"), ("z", "VARCHAR"), ("t_us", "BIGINT")]),
+    }
+
+
+def _blocks(text: str, lang: str) -> list[str]:
+    """Fenced code blocks of one language ("" for none), indented ones too."""
+    blocks: list[str] = []
+    current: list[str] | None = None
+    current_lang = ""
+    for line in text.splitlines():
+        fence = line.strip()
+        if fence.startswith("```"):
+            if current is None:
+                current, current_lang = [], fence[3:].strip()
+            else:
+                if current_lang == lang:
+                    blocks.append("\n".join(current) + "\n")
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def real_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import synthdb
+
+    return synthdb.build(tmp_path_factory.mktemp("real") / "pdforensics.duckdb")
+
+
+def test_documented_python_snippet_runs_on_a_real_database(real_db: Path) -> None:
+    """Usable as is from DuckDB: the documented snippet, with plain duckdb and no pdforensics."""
+    import subprocess
+
+    import synthdb
+
+    (snippet,) = _blocks(doc_path().read_text(encoding="utf-8"), "python")
+    assert "pdforensics" not in snippet.replace('"pdforensics.duckdb"', "")
+    res = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=real_db.parent, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    assert str(synthdb.ROOM_PINNED) in res.stdout and "silent_pin" in res.stdout
+
+
+def test_documented_error_example_is_what_the_command_prints(real_db: Path) -> None:
+    import subprocess
+
+    db = real_db
+    (example,) = [b for b in _blocks(doc_path().read_text(encoding="utf-8"), "") if "query failed" in b]
+    # Positions matter (the caret): compare whole lines, indentation included.
+    lines = [line.rstrip() for line in textwrap.dedent(example).splitlines() if line.strip()]
+    command = lines[0].removeprefix("$ ")
+    sql = re.search(r'"(.*)"', command)
+    assert sql and command.startswith("pdforensics sql ")
+    res = subprocess.run(
+        [sys.executable, "-m", "pdforensics", "sql", "--db", str(db), sql.group(1)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    printed = [line.rstrip() for line in res.stderr.splitlines() if line.strip()]
+    assert printed == lines[1:], res.stderr
+
+
+def _skeleton(live: Schema, documented: Schema) -> str:
+    """Markdown for what the documentation lacks, to paste and describe."""
+    parts = []
+    for name in sorted(live, key=lambda n: (live[n][0], n)):
+        kind, cols = live[name]
+        if name in documented and documented[name] == (kind, cols):
+            continue
+        doc_cols = dict(documented.get(name, ("", []))[1])
+        rows = [f"| `{c}` | {t} | {'' if c not in doc_cols else '(documented)'} |" for c, t in cols]
+        parts.append(
+            f"### `{name}` ({kind})\n\n| column | type | meaning |\n|---|---|---|\n" + "\n".join(rows)
+        )
+    return "\n\n".join(parts)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        live_now = build_live(Path(tmp) / "live.duckdb")
+    doc = parse_doc(doc_path().read_text(encoding="utf-8")) if doc_path().exists() else {}
+    sys.stdout.write(_skeleton(live_now, doc) + "\n")

@@ -1,0 +1,833 @@
+"""Issue 7: on the worst day the tool neither loses nor invents evidence, and never falls over.
+
+Killed ingests (kill -9 at random points), two ingests and readers on one database at once,
+corrupt and hostile input through every reader, permissions (as an unprivileged user), old
+databases, and hostile text in the HTML report.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pytest
+from conftest import export_to_journal
+from test_cli import assert_one_line_error
+
+from pdforensics import store
+from pdforensics.api import build_sources
+from pdforensics.catalog import Catalog, load_catalog
+from pdforensics.errors import DatabaseError, SourceError
+from pdforensics.ingest import ingest
+from pdforensics.paths import fixtures_dir
+from pdforensics.schema import SCHEMA_VERSION
+from pdforensics.sources import Selection
+from pdforensics.sources.journal import python_systemd_available, read_header
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIO = "decode_restart_watchdog_fires"
+CLI_SELECTION = Selection(units=("sglang*",))  # what `pdforensics ingest` selects without options
+BATCH = 400  # small batches: a few seconds of input span many transactions
+CLI_TIMEOUT = 600
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return load_catalog()
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, **(env or {})}
+    full.pop("PDFORENSICS_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pdforensics", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+def cli_popen(
+    *args: str, env: dict[str, str] | None = None, batch: int | None = None
+) -> subprocess.Popen[str]:
+    """The real CLI in a child process; with `batch`, ingest stores batches of that many records."""
+    full = {**os.environ, **(env or {})}
+    full.pop("PDFORENSICS_DEBUG", None)
+    cmd = [sys.executable, "-m", "pdforensics", *args]
+    if batch is not None:
+        cmd = [sys.executable, "-c", _SMALL_BATCH_CLI, str(batch), *args]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=REPO
+    )
+
+
+# `pdforensics ingest` stores 100k records per transaction; a killed run is only interesting when it
+# spans many, so the child runs the unchanged CLI with ingest's batch size made small.
+_SMALL_BATCH_CLI = """
+import functools, sys
+import pdforensics.ingest as ingest_module
+ingest_module.ingest = functools.partial(ingest_module.ingest, batch_size=int(sys.argv[1]))
+from pdforensics.cli import main
+sys.argv = ["pdforensics", *sys.argv[2:]]
+main()
+"""
+
+
+def lock_holder(db: Path) -> int | None:
+    """PID holding a POSIX lock on the database file (DuckDB's), from /proc/locks; None if unlocked."""
+    try:
+        inode = db.stat().st_ino
+    except FileNotFoundError:
+        return None
+    for line in Path("/proc/locks").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 6 and f[1] == "POSIX" and f[5].rsplit(":", 1)[-1] == str(inode):
+            return int(f[4])
+    return None
+
+
+def wait_for_lock(db: Path, proc: subprocess.Popen[str], timeout: float = 120) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid = lock_holder(db)
+        if pid is not None:
+            return pid
+        if proc.poll() is not None:
+            pytest.fail(f"child exited before opening the database: {proc.communicate()}")
+        time.sleep(0.01)
+    pytest.fail("child never opened the database")
+
+
+def rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    con = store.open_db(db, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def evidence(db: Path) -> pl.DataFrame:
+    """What an ingest stored, independent of line ids: one row per record."""
+    con = store.open_db(db, read_only=True)
+    try:
+        return store.query_pl(con, "SELECT source_key, seq, message FROM lines ORDER BY source_key, seq")
+    finally:
+        con.close()
+
+
+def assert_consistent(db: Path) -> None:
+    """Every run's counters match what it stored: no partial batch, no line stored twice."""
+    per_run = rows(
+        db,
+        """SELECT i.ingest_id, i.stored, i.rejected,
+                  (SELECT count(*) FROM lines l WHERE l.ingest_id = i.ingest_id),
+                  (SELECT count(*) FROM rejects r WHERE r.ingest_id = i.ingest_id)
+           FROM ingests i ORDER BY 1""",
+    )
+    for ingest_id, stored, rejected, n_lines, n_rejects in per_run:
+        assert (stored, rejected) == (n_lines, n_rejects), f"ingest {ingest_id}"
+    [(n, ids, keys, events, with_event)] = rows(
+        db,
+        """SELECT count(*), count(DISTINCT line_id), count(DISTINCT (source_key, seq)),
+                  (SELECT count(*) FROM events), count(event) FROM lines""",
+    )
+    assert n == ids == keys, "a line stored twice"
+    assert events == with_event, "events and lines disagree"
+    orphans = rows(db, "SELECT count(*) FROM events e ANTI JOIN lines l USING (line_id)")
+    assert orphans == [(0,)]
+
+
+# ------------------------------------------------------------------ a big input and its clean ingest
+
+
+@dataclass
+class Big:
+    files: list[Path]
+    clean: pl.DataFrame  # every stored line of a clean run, in line_id order
+    boundaries: set[int]  # lines stored after each whole batch of that run
+    store_s: float  # how long the clean run read, parsed and stored
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory, catalog: Catalog) -> Big:
+    """A few seconds of input (plain logs of every scenario, and a journal export), ingested cleanly."""
+    d = tmp_path_factory.mktemp("big")
+    plain = b"".join(p.read_bytes() for p in sorted(fixtures_dir().glob("*/plain/*.log")))
+    (d / "sglang-all.log").write_bytes(plain * 2)
+    shutil.copy(fixtures_dir() / SCENARIO / "journal.export", d / "journal.export")
+    files = [d / "sglang-all.log", d / "journal.export"]
+    db = d / "clean.duckdb"
+    boundaries = {0}
+    real = store.store_batch
+
+    def counting(con: Any, ingest_id: int, lines: pl.DataFrame, *rest: Any) -> None:
+        real(con, ingest_id, lines, *rest)
+        boundaries.add(max(boundaries) + lines.height)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(store, "store_batch", counting)
+    try:
+        summary = ingest(db, build_sources(None, None, files, None), CLI_SELECTION, catalog, batch_size=BATCH,
+                         views=False)  # fmt: skip
+    finally:
+        mp.undo()
+    assert summary.stored > 10 * BATCH
+    con = store.open_db(db, read_only=True)
+    clean = store.query_pl(con, "SELECT * EXCLUDE (ingest_id) FROM lines ORDER BY line_id")
+    con.close()
+    return Big(files, clean, boundaries, summary.elapsed_s)
+
+
+def file_args(big: Big) -> list[str]:
+    return [arg for f in big.files for arg in ("--file", str(f))]
+
+
+# ------------------------------------------------------------------ kill -9
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_leaves_whole_batches_and_the_next_ingest_completes(
+    tmp_path: Path, big: Big, catalog: Catalog
+) -> None:
+    rnd = random.Random(7)
+    partial = 0
+    rounds = 3
+    for i in range(rounds):
+        db = tmp_path / f"killed-{i}.duckdb"
+        child = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet", batch=BATCH)
+        wait_for_lock(db, child)
+        time.sleep(rnd.uniform(0.2, 0.9) * big.store_s)
+        child.send_signal(signal.SIGKILL)
+        child.communicate()
+        assert child.returncode == -signal.SIGKILL, "the ingest finished before the kill: input too small"
+
+        # The database opens, for writing too, and holds a prefix of the clean run in whole batches.
+        store.open_db(db).close()
+        assert_consistent(db)
+        con = store.open_db(db, read_only=True)
+        kept = store.query_pl(con, "SELECT * EXCLUDE (ingest_id) FROM lines ORDER BY line_id")
+        runs = con.execute("SELECT status, finished_at FROM ingests").fetchall()
+        con.close()
+        assert kept.height in big.boundaries, f"{kept.height} lines is not a whole number of batches"
+        assert kept.equals(big.clean.head(kept.height)), "a killed run stored something a clean run does not"
+        assert len(runs) <= 1 and all(status != "complete" and end is None for status, end in runs)
+        partial += 0 < kept.height < big.clean.height
+
+        # The next ingest completes with exactly the clean run's evidence; the killed run is marked.
+        if i < rounds - 1:
+            again = ingest(db, build_sources(None, None, big.files, None), CLI_SELECTION, catalog,
+                           batch_size=BATCH, views=False)  # fmt: skip
+            assert (again.stored, again.duplicates) == (big.clean.height - kept.height, kept.height)
+        else:  # the last one through the CLI, as an operator would rerun it
+            proc = cli("ingest", "--db", str(db), *file_args(big), "--quiet")
+            assert proc.returncode == 0, proc.stderr
+        assert_consistent(db)
+        assert evidence(db).equals(big.clean.select("source_key", "seq", "message").sort("source_key", "seq"))
+        statuses = [s for (s,) in rows(db, "SELECT status FROM ingests ORDER BY ingest_id")]
+        assert statuses == (["interrupted", "complete"] if runs else ["complete"])
+    assert partial, "no kill landed while batches were being stored"
+
+
+TRACEBACK = """[2026-11-29 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl/scheduler.py", line 10, in event_loop
+    self.process()
+  File "/sgl/scheduler.py", line 20, in process
+    raise ValueError("boom")
+ValueError: boom
+[2026-11-29 10:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 2, #cached-token: 0, token usage: 0.00, #running-req: 0, #queue-req: 0,
+"""
+
+
+def _parsed_lines(db: Path) -> list[tuple[Any, ...]]:
+    """Each line as parsed, its continuation link given as the head's position (line ids differ by run)."""
+    return rows(
+        db,
+        """SELECT l.seq, l.ts_us, l.ts_origin, l.event, l.engine, h.seq FROM lines l
+           LEFT JOIN lines h ON h.line_id = l.cont_of ORDER BY l.seq""",
+    )
+
+
+@pytest.mark.parametrize("resume_batch", [3, 100_000])
+def test_resumed_ingest_parses_new_lines_after_their_stored_heads(
+    tmp_path: Path, catalog: Catalog, resume_batch: int
+) -> None:
+    """A run stopped inside a traceback: the rest, read by the next run, keeps its head and its time."""
+    log = tmp_path / "prefill.log"
+    log.write_text(TRACEBACK)
+    clean, db = tmp_path / "clean.duckdb", tmp_path / "resumed.duckdb"
+    ingest(
+        clean,
+        build_sources(None, None, [log], None),
+        CLI_SELECTION,
+        catalog,
+        tz="UTC",
+        batch_size=3,
+        views=False,
+    )
+
+    def stop(_: int) -> None:
+        raise KeyboardInterrupt  # after the first batch: head and two traceback lines stored
+
+    with pytest.raises(KeyboardInterrupt):
+        ingest(db, build_sources(None, None, [log], None), CLI_SELECTION, catalog, tz="UTC", batch_size=3,
+               views=False, progress=stop)  # fmt: skip
+    assert rows(db, "SELECT count(*) FROM lines") == [(3,)]
+    ingest(db, build_sources(None, None, [log], None), CLI_SELECTION, catalog, tz="UTC", batch_size=resume_batch,
+           views=False)  # fmt: skip
+    got = _parsed_lines(db)
+    assert got == _parsed_lines(clean)
+    assert [origin for _, _, origin, *_ in got] == ["app", *["inherited"] * 5, "app"]
+    assert [head for *_, head in got] == [None, 0, 0, 0, 0, 0, None]
+
+
+def test_an_entry_twice_in_one_input_is_stored_once(tmp_path: Path, catalog: Catalog) -> None:
+    """Overlapping `journalctl -o json` runs appended to one file: each entry is one line."""
+    f = tmp_path / "overlap.json"
+    f.write_bytes(b"".join(json_entry(i, f"m{i}") for i in (1, 2, 3, 2, 3, 4)))
+    summary = ingest(tmp_path / "o.duckdb", build_sources(None, None, [f], None), CLI_SELECTION, catalog,
+                     views=False)  # fmt: skip
+    assert (summary.records, summary.stored, summary.duplicates) == (6, 4, 2)
+    assert rows(tmp_path / "o.duckdb", "SELECT message FROM lines ORDER BY seq") == [
+        ("m1",),
+        ("m2",),
+        ("m3",),
+        ("m4",),
+    ]
+
+
+def test_kill_9_while_the_database_is_being_created(tmp_path: Path) -> None:
+    """DuckDB writes a new file in steps; a kill among them used to leave a file no run could open."""
+    child = "import sys; from pdforensics import store; print(flush=True); sys.stdin.readline(); store.open_db(sys.argv[1])"
+    rnd = random.Random(3)
+    for i in range(10):
+        db = tmp_path / f"new-{i}.duckdb"
+        p = subprocess.Popen(
+            [sys.executable, "-c", child, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert p.stdin is not None and p.stdout is not None
+        p.stdout.readline()  # imports done: what follows is only the creation
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        time.sleep(rnd.uniform(0, 0.05))
+        p.kill()
+        p.wait()
+        assert (
+            not db.exists() or store.stored_version(duckdb.connect(str(db), read_only=True)) == SCHEMA_VERSION
+        )
+        store.open_db(db).close()  # whatever the kill left, the next ingest can open it
+
+
+def test_an_empty_database_file_is_adopted_not_refused(tmp_path: Path) -> None:
+    db = tmp_path / "empty.duckdb"
+    db.touch()  # what a kill during creation left before, or `touch`
+    with pytest.raises(DatabaseError, match="holds no pdforensics data yet"):
+        store.open_db(db, read_only=True)
+    con = store.open_db(db)
+    assert store.stored_version(con) == SCHEMA_VERSION
+    con.close()
+
+
+def test_ctrl_c_keeps_committed_batches_and_says_so(tmp_path: Path, big: Big) -> None:
+    db = tmp_path / "int.duckdb"
+    child = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet", batch=BATCH)
+    wait_for_lock(db, child)
+    time.sleep(0.5 * big.store_s)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=CLI_TIMEOUT)
+    assert child.returncode in (0, 130), err
+    if child.returncode == 130:  # (0: it finished first)
+        assert err.strip().splitlines() == [
+            "pdforensics: interrupted; every batch committed so far is kept, rerun to continue"
+        ]
+        assert rows(db, "SELECT status FROM ingests") == [("interrupted",)]
+    assert_consistent(db)
+
+
+def test_ingest_that_cannot_write_fails_with_one_line_and_keeps_committed_batches(
+    tmp_path: Path, big: Big, catalog: Catalog
+) -> None:
+    """Disk full (here: a file size limit) during an ingest: one line, exit 4, the database intact."""
+    db = tmp_path / "full.duckdb"
+    store.open_db(db).close()
+    limit = db.stat().st_size + 2_000_000
+
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    env = {k: v for k, v in os.environ.items() if k != "PDFORENSICS_DEBUG"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _SMALL_BATCH_CLI, str(BATCH), "ingest", "--db", str(db), *file_args(big), "--quiet"],
+        capture_output=True, text=True, env=env, cwd=REPO, preexec_fn=small_files, timeout=CLI_TIMEOUT,
+    )  # fmt: skip
+    assert_one_line_error(proc, 4, f"writing {db} failed")
+    assert_consistent(db)
+    summary = ingest(db, build_sources(None, None, big.files, None), CLI_SELECTION, catalog, batch_size=BATCH,
+                     views=False)  # fmt: skip
+    assert summary.stored + summary.duplicates == big.clean.height
+    assert evidence(db).equals(big.clean.select("source_key", "seq", "message").sort("source_key", "seq"))
+
+
+# ------------------------------------------------------------------ two processes, one database
+
+
+@pytest.mark.slow
+def test_busy_database_second_ingest_waits_readers_get_one_line(tmp_path: Path, big: Big) -> None:
+    db = tmp_path / "busy.duckdb"
+    first = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet")
+    pid = wait_for_lock(db, first)
+    os.kill(pid, signal.SIGSTOP)  # an ingest in the middle of its work, holding the database
+    try:
+        impatient = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet",
+                              env={"PDFORENSICS_LOCK_WAIT": "1"})  # fmt: skip
+        patient = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet",
+                            env={"PDFORENSICS_LOCK_WAIT": "300"})  # fmt: skip
+        readers = {
+            "sql": cli_popen("sql", "--db", str(db), "SELECT count(*) FROM lines"),
+            "verdict": cli_popen("verdict", "--db", str(db)),
+            "report": cli_popen("report", "--db", str(db), "--out", str(tmp_path / "r.html")),
+        }
+        started = time.monotonic()
+        _, err = impatient.communicate(timeout=CLI_TIMEOUT)
+        assert time.monotonic() - started >= 1, "the second ingest did not wait at all"
+        assert_one_line_error(_done(impatient, err), 4, f"in use by another process (PID {pid})")
+        for name, proc in readers.items():
+            _, err = proc.communicate(timeout=CLI_TIMEOUT)
+            assert_one_line_error(_done(proc, err), 4, f"is being written by PID {pid} (an ingest?)")
+            assert "try again when it finishes" in err, name
+        assert patient.poll() is None, "the patient ingest should still be waiting"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    _, err = first.communicate(timeout=CLI_TIMEOUT)
+    assert first.returncode == 0, err
+    _, err = patient.communicate(timeout=CLI_TIMEOUT)
+    assert patient.returncode == 0, err
+    assert_consistent(db)
+    assert evidence(db).height == big.clean.height
+    runs = rows(db, "SELECT status, stored, duplicates FROM ingests ORDER BY ingest_id")
+    assert runs == [("complete", big.clean.height, 0), ("complete", 0, big.clean.height)]
+    assert not (tmp_path / "r.html").exists()
+
+
+def _done(proc: subprocess.Popen[str], err: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
+
+
+def test_lock_wait_option_is_validated(tmp_path: Path) -> None:
+    proc = cli(
+        "ingest", "--db", str(tmp_path / "a.duckdb"), "--file", "x.log", env={"PDFORENSICS_LOCK_WAIT": "soon"}
+    )
+    assert_one_line_error(proc, 2, "PDFORENSICS_LOCK_WAIT")
+
+
+# ------------------------------------------------------------------ corrupt and hostile input
+
+T0 = 1_795_946_400_000_000  # 2026-11-29 10:00:00 UTC
+
+
+def plain_line(text: str, when: str = "2026-11-29 10:00:00") -> bytes:
+    return f"[{when} TP0] {text}\n".encode()
+
+
+def json_entry(i: int, message: Any, ts: Any = None, **fields: Any) -> bytes:
+    entry = {"__CURSOR": f"s=feedc0de;i={i:x};b=b;m=1;t={T0 + i:x};x=1", "__REALTIME_TIMESTAMP": str(T0 + i if ts is None else ts),
+             "_SYSTEMD_UNIT": "sglang-prefill.service", "_HOSTNAME": "h1", "MESSAGE": message} | fields  # fmt: skip
+    return json.dumps(entry).encode() + b"\n"
+
+
+def export_entry(i: int, message: bytes, ts: bytes | None = None) -> bytes:
+    ts = str(T0 + i).encode() if ts is None else ts
+    return (b"__CURSOR=s=c0ffee;i=%x;b=b;m=1;t=1;x=1\n__REALTIME_TIMESTAMP=%s\n_SYSTEMD_UNIT=sglang-decode.service\n"
+            b"_HOSTNAME=h2\nMESSAGE=%s\n\n") % (i, ts, message)  # fmt: skip
+
+
+def hostile_files(d: Path) -> dict[str, tuple[Path, int, int]]:
+    """name -> (file, records it must store, rejects it must count)."""
+    rnd = random.Random(11)
+    out: dict[str, tuple[Path, int, int]] = {}
+
+    def put(name: str, data: bytes, stored: int, rejected: int) -> None:
+        (d / name).write_bytes(data)
+        out[name] = (d / name, stored, rejected)
+
+    ten_mb = "y" * (10 << 20)
+    put("ten-mb-line.log", plain_line("first") + plain_line(ten_mb) + plain_line("after"), 2, 1)
+    put("ten-mb-line.json", json_entry(1, ten_mb) + json_entry(2, "after"), 2, 0)
+    put("nul-bytes.log", plain_line("before\x00after") * 3 + b"\x00\x00\x00\n", 4, 0)
+    put(
+        "invalid-utf8.log",
+        plain_line("ok") + b"[2026-11-29 10:00:01 TP0] caf\xe9 \xff\xfe \xc3\x28 \xed\xa0\x80\n",
+        2,
+        0,
+    )
+    noisy = b"".join(plain_line(f"line {i}") for i in range(400))
+    noisy += (
+        bytes(rnd.getrandbits(8) for _ in range(3000)).replace(b"\n", b" ") + b"\n"
+    )  # garbage inside a log
+    put("random-bytes-inside.log", noisy, 401, 0)
+    years = [
+        plain_line("Prefill batch, #new-seq: 1", f"{y}-11-29 10:00:00")
+        for y in (2026, 1970, 2099, 1999, 9999, 2026)
+    ]
+    years += [
+        plain_line("impossible date", "2026-02-30 10:00:00"),
+        plain_line("impossible time", "2026-11-29 25:61:61"),
+    ]
+    put("years-off-and-out-of-order.log", b"".join(years), 8, 0)
+    put("wrong-program.log", b"".join(f'10.0.0.{i} - - [29/Nov/2026:10:00:{i % 60:02d} +0000] "GET /x HTTP/1.1" 200 {i}\n'.encode()
+                                      for i in range(300)), 300, 0)  # fmt: skip
+    put("x-caret.log", b"x^2 + y^2 looks like zlib to polars\n" + plain_line("next"), 2, 0)
+    bad_ts = (json_entry(1, "ok") + json_entry(2, "no time", ts="yesterday") + json_entry(3, "overflow", ts="9" * 30)
+              + json_entry(4, "negative", ts=-5) + b'{"__CURSOR": "s=feedc0de;i=5", "MESSAGE": "trunc\n' + json_entry(6, "after"))  # fmt: skip
+    put("bad-timestamps-and-truncated.json", bad_ts, 3, 3)
+    export = (
+        export_entry(1, b"fine")
+        + export_entry(2, b"late", b"999999999999999999999")
+        + export_entry(3, b"cut")
+    )
+    put("truncated-entry.export", export[: export.rfind(b"MESSAGE=cut") + 6], 1, 2)
+    gz = gzip.compress(b"".join(plain_line(f"line {i}") for i in range(2000)))
+    put("cut.log.gz", gz[: len(gz) // 2], -1, 1)  # -1: some lines, whatever decompresses before the cut
+    return out
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int, int]]:
+    return hostile_files(tmp_path_factory.mktemp("hostile"))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ten-mb-line.log", "ten-mb-line.json", "nul-bytes.log", "invalid-utf8.log", "random-bytes-inside.log",
+     "years-off-and-out-of-order.log", "wrong-program.log", "x-caret.log", "bad-timestamps-and-truncated.json",
+     "truncated-entry.export", "cut.log.gz"],
+)  # fmt: skip
+def test_hostile_input_is_stored_or_counted(
+    tmp_path: Path, hostile: dict[str, tuple[Path, int, int]], catalog: Catalog, name: str
+) -> None:
+    path, stored, rejected = hostile[name]
+    db = tmp_path / "h.duckdb"
+    summary = ingest(
+        db, build_sources(None, None, [path], None), Selection(units=("*",)), catalog, views=False
+    )
+    if stored >= 0:
+        assert summary.stored == stored, summary
+    else:
+        assert summary.stored > 0
+    assert summary.rejected == rejected, summary.rejects_by_reason
+    assert sum(summary.rejects_by_reason.values()) == summary.rejected
+    assert summary.records == summary.stored + summary.skipped
+    assert_consistent(db)
+    if name == "nul-bytes.log":
+        assert rows(db, "SELECT message FROM lines ORDER BY seq LIMIT 1")[0][0].endswith("before\x00after")
+    if name == "invalid-utf8.log":
+        assert "caf\ufffd" in rows(db, "SELECT string_agg(message, '|') FROM lines")[0][0]
+    if name == "years-off-and-out-of-order.log":  # stored as logged, in file order, years and all
+        years = rows(
+            db, "SELECT year(make_timestamp(app_ts_us)) FROM lines WHERE app_ts_us IS NOT NULL ORDER BY seq"
+        )
+        assert [y for (y,) in years] == [2026, 1970, 2099, 1999, 9999, 2026]
+
+
+def test_hostile_files_through_the_cli_never_traceback(
+    tmp_path: Path, hostile: dict[str, tuple[Path, int, int]]
+) -> None:
+    """All of it at once, as a user would: exit 0, and the summary says what was rejected and why."""
+    args = [a for path, _, _ in hostile.values() for a in ("--file", str(path))]
+    proc = cli("ingest", "--db", str(tmp_path / "h.duckdb"), *args, "--unit", "*", "--since", "2026-11-29 09:00:00",
+               "--until", "2026-11-29 11:00:00", "--tz", "UTC")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    summary = next(line for line in proc.stdout.splitlines() if line.startswith("read "))
+    assert "outside selection 4" in summary  # the lines years off: 1970, 2099, 1999, 9999
+    for reason in ("line longer than 1 MiB", "entry has no valid __REALTIME_TIMESTAMP", "malformed JSON",
+                   "truncated entry at end of input", "compressed file ends before its end (truncated)"):  # fmt: skip
+        assert f": {reason}" in proc.stdout, reason
+
+
+def test_random_bytes_file_is_refused_with_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "random.bin"
+    f.write_bytes(random.Random(5).randbytes(200_000))
+    proc = cli("ingest", "--db", str(tmp_path / "a.duckdb"), "--file", str(f), "--quiet")
+    assert_one_line_error(proc, 3, "not a text log")
+
+
+def test_a_pipe_is_refused_with_one_line(tmp_path: Path) -> None:
+    """`--file <(journalctl ...)`: a pipe can be read once only; say so instead of failing inside."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc = cli("ingest", "--db", str(tmp_path / "a.duckdb"), "--file", str(fifo), "--quiet")
+    assert_one_line_error(proc, 3, "is not a regular file (a pipe?)")
+
+
+@pytest.mark.xfail(strict=True, reason="render.print_ingest_summary prints host/unit names as rich markup")
+def test_markup_in_host_and_unit_names_is_printed_as_text(tmp_path: Path) -> None:
+    f = tmp_path / "markup.json"
+    f.write_bytes(json_entry(1, "hello", _SYSTEMD_UNIT="sglang-[/bold]x.service", _HOSTNAME="[red]h[/x]"))
+    proc = cli("ingest", "--db", str(tmp_path / "a.duckdb"), "--file", str(f), "--unit", "*")
+    assert proc.returncode == 0, proc.stderr
+    assert "[red]h[/x]" in proc.stdout
+
+
+# -- real .journal files, damaged
+
+
+@pytest.fixture(scope="module")
+def journal_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    export = (fixtures_dir() / SCENARIO / "journal.export").read_bytes()
+    path = export_to_journal(export, tmp_path_factory.mktemp("journal") / "incident.journal")
+    header = read_header(path)
+    assert header is not None and header.n_entries > 100
+    return path, header.n_entries
+
+
+def _object_area(path: Path) -> tuple[int, int]:
+    """Where the entry and data objects of a journal file written by journal-remote lie (after the hash tables)."""
+    import struct
+
+    head = path.read_bytes()[:208]
+    data_ht, data_ht_size = struct.unpack_from("<QQ", head, 104)
+    (tail,) = struct.unpack_from("<Q", head, 136)
+    return data_ht + data_ht_size, tail
+
+
+def _read_journal(path: Path, force_journalctl: bool) -> tuple[int, list[str]]:
+    from pdforensics.sources.journal import JournalSource
+
+    records, reasons = 0, []
+    for batch in JournalSource("files", [path], force_journalctl=force_journalctl).batches(
+        Selection(units=("*",))
+    ):
+        records += batch.records.height
+        reasons += batch.rejects["reason"].to_list()
+    return records, reasons
+
+
+READERS = [pytest.param(False, id="python-systemd"), pytest.param(True, id="journalctl")]
+
+
+@pytest.mark.parametrize("force_journalctl", READERS)
+@pytest.mark.parametrize("keep", [0.97, 0.9, 0.6])
+def test_truncated_journal_file_reads_what_is_there_and_counts_the_rest(
+    tmp_path: Path, journal_file: tuple[Path, int], keep: float, force_journalctl: bool
+) -> None:
+    if not force_journalctl and not python_systemd_available():
+        pytest.skip("python-systemd is not installed")
+    src, total = journal_file
+    start, end = _object_area(src)
+    cut = tmp_path / "cut.journal"
+    cut.write_bytes(src.read_bytes()[: int(start + (end - start) * keep)])
+    records, reasons = _read_journal(cut, force_journalctl)
+    assert 0 < records < total if keep > 0.6 else records < total
+    assert any(r.startswith("journal file truncated") for r in reasons), reasons
+    assert f"{total - records:,} of {total:,} journal entries unreadable" in " ".join(reasons)
+
+
+@pytest.mark.parametrize("force_journalctl", READERS)
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_bit_flipped_journal_file_never_stops_the_ingest(
+    tmp_path: Path, journal_file: tuple[Path, int], seed: int, force_journalctl: bool
+) -> None:
+    if not force_journalctl and not python_systemd_available():
+        pytest.skip("python-systemd is not installed")
+    src, total = journal_file
+    start, end = _object_area(src)
+    data = bytearray(src.read_bytes())
+    rnd = random.Random(seed)
+    for _ in range(12):
+        data[rnd.randrange(start, end)] ^= 1 << rnd.randrange(8)
+    flipped = tmp_path / "flipped.journal"
+    flipped.write_bytes(bytes(data))
+    try:
+        records, reasons = _read_journal(flipped, force_journalctl)
+    except SourceError as e:  # a header too damaged to open: one line naming the file is the answer
+        assert "\n" not in str(e) and "flipped.journal" in str(e)
+        return
+    unread = [r for r in reasons if "journal entries unreadable" in r]
+    if records < total:
+        assert unread == [f"{total - records:,} of {total:,} journal entries unreadable (damaged file; "
+                          "`journalctl --verify --file FILE` shows where)"]  # fmt: skip
+    else:
+        assert unread == []
+
+
+def test_damaged_journal_through_the_cli(tmp_path: Path, journal_file: tuple[Path, int]) -> None:
+    src, _ = journal_file
+    start, end = _object_area(src)
+    cut = tmp_path / "cut.journal"
+    cut.write_bytes(src.read_bytes()[: (start + end) // 2])
+    proc = cli("ingest", "--db", str(tmp_path / "j.duckdb"), "--journal-file", str(cut), "--unit", "*")
+    assert proc.returncode == 0, proc.stderr
+    assert "journal file truncated" in proc.stdout and "journal entries unreadable" in proc.stdout
+
+
+def test_journal_too_short_for_a_header_is_one_line(tmp_path: Path, journal_file: tuple[Path, int]) -> None:
+    stub = tmp_path / "stub.journal"
+    stub.write_bytes(journal_file[0].read_bytes()[:100])
+    proc = cli("ingest", "--db", str(tmp_path / "j.duckdb"), "--journal-file", str(stub))
+    assert_one_line_error(proc, 3, "stub.journal")
+
+
+# ------------------------------------------------------------------ permissions (as nobody)
+
+NOBODY = 65534
+
+
+def as_nobody(*args: str, preload: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """The CLI as user nobody (no groups). Started as root so it can import what it needs from
+    paths nobody may not enter (a venv under /root), then drops privileges before running."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to an unprivileged user")
+    modules = ("pdforensics.api", "pdforensics.ingest", "pdforensics.render", "pdforensics.query",
+               "pdforensics.verdict", "pdforensics.sources.detect", "pdforensics.report", "rich.table",
+               "rich.progress", *preload)  # fmt: skip
+    code = (
+        "import importlib, os, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "from pdforensics.cli import main\n"
+        f"os.setgroups([]); os.setresgid({NOBODY}, {NOBODY}, {NOBODY}); os.setresuid({NOBODY}, {NOBODY}, {NOBODY})\n"
+        f"sys.argv = ['pdforensics', *{list(args)!r}]\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PDFORENSICS_DEBUG"} | {"HOME": "/nonexistent"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd="/",
+                          timeout=CLI_TIMEOUT)  # fmt: skip
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Iterator[Path]:
+    """A folder nobody can enter and read (tmp_path's parents are closed to other users)."""
+    d = Path(tempfile.mkdtemp(prefix="pdf-rel-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+def test_unreadable_journal_file_names_the_group(shared: Path, journal_file: tuple[Path, int]) -> None:
+    locked = shared / "system.journal"
+    shutil.copy(journal_file[0], locked)
+    locked.chmod(0o600)
+    out = shared / "out"
+    out.mkdir(mode=0o777)
+    out.chmod(0o777)
+    proc = as_nobody("ingest", "--db", str(out / "a.duckdb"), "--journal-file", str(locked))
+    assert_one_line_error(proc, 3, "systemd-journal group")
+
+
+def test_unreadable_journal_directory_names_the_group(shared: Path, journal_file: tuple[Path, int]) -> None:
+    d = shared / "remote"
+    d.mkdir()
+    shutil.copy(journal_file[0], d / "remote-a.journal")
+    d.chmod(0o700)
+    proc = as_nobody("ingest", "--db", str(shared / "a.duckdb"), "--directory", str(d))
+    assert_one_line_error(proc, 3, "systemd-journal group")
+
+
+def test_local_journal_invisible_to_nobody_names_the_group(shared: Path) -> None:
+    out = shared / "out"
+    out.mkdir()
+    out.chmod(0o777)
+    proc = as_nobody("ingest", "--db", str(out / "a.duckdb"), "--since", "1h")
+    assert_one_line_error(proc, 3, "systemd-journal group")
+
+
+@pytest.mark.parametrize("case", ["read-only file", "read-only folder"])
+def test_read_only_database_path_is_a_clear_message(shared: Path, case: str) -> None:
+    db = shared / "ro.duckdb"
+    store.open_db(db).close()
+    db.chmod(0o444 if case == "read-only file" else 0o644)
+    proc = as_nobody("ingest", "--db", str(db if case == "read-only file" else shared / "new.duckdb"),
+                     "--file", str(fixtures_dir() / SCENARIO / "journal.export"))  # fmt: skip
+    assert_one_line_error(proc, 4, "permission denied (choose a writable --db path)")
+    # Reading it is fine: the commands that only read open it read-only.
+    proc = as_nobody("sql", "--db", str(db), "SELECT count(*) AS n FROM lines", "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["n", "0"]
+
+
+def test_unreadable_database_is_a_clear_message(shared: Path) -> None:
+    db = shared / "secret.duckdb"
+    store.open_db(db).close()
+    db.chmod(0o600)
+    proc = as_nobody("verdict", "--db", str(db))
+    assert_one_line_error(proc, 4, f"cannot read {db}: permission denied")
+
+
+# ------------------------------------------------------------------ schema versions
+
+
+def _with_version(path: Path, version: str) -> Path:
+    store.open_db(path).close()
+    con = duckdb.connect(str(path))
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [version])
+    con.close()
+    return path
+
+
+def test_database_from_an_older_version_without_a_migration_is_refused(tmp_path: Path) -> None:
+    db = _with_version(tmp_path / "old.duckdb", str(SCHEMA_VERSION - 1))
+    for args in (["ingest", "--file", "nothing-read-before-the-db.log"], ["verdict"], ["sql", "SELECT 1"]):
+        proc = cli(args[0], "--db", str(db), *args[1:])
+        if args[0] == "ingest":  # the input is checked first: give it a real one
+            proc = cli("ingest", "--db", str(db), "--file", str(fixtures_dir() / SCENARIO / "journal.export"))
+        assert_one_line_error(proc, 4, f"written by an older pdforensics (schema {SCHEMA_VERSION - 1}")
+    assert rows(db, "SELECT value FROM meta") == [(str(SCHEMA_VERSION - 1),)]  # untouched
+
+
+def test_database_version_that_is_not_a_number_is_one_line(tmp_path: Path) -> None:
+    db = _with_version(tmp_path / "odd.duckdb", "one")
+    assert_one_line_error(cli("verdict", "--db", str(db)), 4, "unreadable schema version 'one'")
+
+
+def test_older_schema_is_migrated_by_a_writer_and_refused_by_a_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "v1.duckdb"
+    store.open_db(db).close()  # written by "the older version": the current schema
+    monkeypatch.setattr(store, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(
+        store, "MIGRATIONS", {SCHEMA_VERSION: ["ALTER TABLE ingests ADD COLUMN host VARCHAR"]}
+    )
+    with pytest.raises(DatabaseError, match=f"has schema {SCHEMA_VERSION}; run `pdforensics ingest"):
+        store.open_db(db, read_only=True)
+    con = store.open_db(db)
+    assert store.stored_version(con) == SCHEMA_VERSION + 1
+    assert "host" in [r[0] for r in con.execute("DESCRIBE ingests").fetchall()]
+    con.close()
+    store.open_db(db, read_only=True).close()
+
+
+def test_a_failing_migration_leaves_the_old_database_untouched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "v1.duckdb"
+    store.open_db(db).close()
+    monkeypatch.setattr(store, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(store, "MIGRATIONS", {SCHEMA_VERSION: ["ALTER TABLE ingests ADD COLUMN x INT",
+                                                               "ALTER TABLE no_such_table ADD COLUMN y INT"]})  # fmt: skip
+    with pytest.raises(DatabaseError):
+        store.open_db(db)
+    monkeypatch.undo()
+    con = store.open_db(db, read_only=True)
+    assert store.stored_version(con) == SCHEMA_VERSION
+    assert "x" not in [r[0] for r in con.execute("DESCRIBE ingests").fetchall()]
+    con.close()

@@ -1,0 +1,289 @@
+"""The HTML report: one self-contained file, escaped and redacted, bounded in size, true to the verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from html import escape
+from pathlib import Path
+
+import pytest
+
+from pdforensics import api, store
+from pdforensics.paths import fixtures_dir
+from pdforensics.report import Limits, write_report
+from pdforensics.report.html import safe_json
+from pdforensics.report.redact import redact
+from pdforensics.report.synth import (
+    HOSTILE_PROMPT,
+    HOSTILE_REASON,
+    HOSTILE_RID,
+    HOSTILE_SAMPLE,
+    Plan,
+    write_db,
+)
+from pdforensics.verdict import VerdictOptions, compute_verdict
+
+OPTS = VerdictOptions(watchdog_timeout_s=60)
+
+
+# ------------------------------------------------------------------ redaction
+
+
+def test_redacts_prompt_text_and_token_ids_in_receive_lines() -> None:
+    line = (
+        "[2026-11-29 10:00:00] Receive: obj=GenerateReqInput(rid='ab12', text='tell me, (a) secret: \\'x\\' [1]', "
+        "input_ids=[[1, 2, 3], [4]], sampling_params={'max_new_tokens': 8}, bootstrap_room=42)"
+    )
+    out = redact(line)
+    assert "secret" not in out and "[1, 2, 3]" not in out
+    assert "text=[redacted 32 chars]" in out
+    assert "input_ids=[redacted 16 chars]" in out
+    # identity and everything the analysis needs stays
+    assert "rid='ab12'" in out and "bootstrap_room=42" in out and "'max_new_tokens': 8" in out
+
+
+def test_redacts_the_response_text_and_json_request_logs() -> None:
+    finish = "Finish: obj=GenerateReqInput(rid='r'), out={'text': 'the answer is 42', 'output_ids': [5, 6], 'meta_info': {'id': 'r'}}"
+    out = redact(finish)
+    assert "the answer" not in out and "[5, 6]" not in out and "'meta_info': {'id': 'r'}" in out
+    js = '{"event": "request.received", "rid": "r1", "obj": {"text": "hi \\"there\\"", "bootstrap_room": 7}}'
+    out = redact(js)
+    assert "there" not in out and '"text": [redacted 14 chars]' in out and '"bootstrap_room": 7' in out
+
+
+def test_redaction_leaves_other_fields_and_handles_truncated_lines() -> None:
+    assert redact("context_text='keep' text=None rid='x'") == "context_text='keep' text=None rid='x'"
+    assert redact("Prefill batch, #new-seq: 1") == "Prefill batch, #new-seq: 1"
+    truncated = "Receive: obj=GenerateReqInput(rid='x', text='a prompt cut off by the log wrapper"
+    assert redact(truncated).endswith("text=[redacted 36 chars]")
+
+
+# ------------------------------------------------------------------ escaping
+
+
+def test_safe_json_cannot_close_its_script_block() -> None:
+    value = {"m": "</script><script>alert(1)</script> & \u2028 <!--"}
+    text = safe_json(value)
+    assert "<" not in text and ">" not in text and "&" not in text and "\u2028" not in text
+    assert json.loads(text) == value
+
+
+# ------------------------------------------------------------------ the report
+
+
+@pytest.fixture(scope="module")
+def synth_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_db(tmp_path_factory.mktemp("synth") / "synth.duckdb", Plan(requests=600, minutes=12))
+
+
+@pytest.fixture(scope="module")
+def report(synth_db: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("report") / "incident.html"
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        assert write_report(con, out, OPTS) == out
+    finally:
+        con.close()
+    return out.read_text(encoding="utf-8")
+
+
+def _data_block(page: str, block: str = "pdf-data") -> dict:
+    m = re.search(rf'<script type="application/json" id="{block}">(.*?)</script>', page, re.S)
+    assert m, block
+    return json.loads(m.group(1))
+
+
+def test_report_is_one_offline_file_with_plotly_inlined_once(report: str) -> None:
+    assert report.count("plotly.js v") == 1  # the bundle's header comment
+    assert '<script src="https://cdn.plot.ly' not in report
+    assert not re.search(r"""<(script|link|img|iframe)[^>]+(src|href)=["']?(https?:)?//""", report)
+    assert "default-src 'none'" in report  # CSP: nothing may be fetched
+
+
+def test_banner_tells_the_verdict_of_the_views(report: str, synth_db: Path) -> None:
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        v = compute_verdict(con, OPTS).to_json()
+    finally:
+        con.close()
+    banner = re.search(r'<section id="verdict".*?</section>', report, re.S)
+    assert banner
+    text = banner.group(0)
+    assert f'<div class="verdict" id="verdict-text">{v["verdict"]}</div>' in text
+    assert "Would be certain with:" in text and "--enable-request-time-stats-logging" in text
+    assert "timeout 60 s" in text and "deployed" in text
+    for reason in v["reasons"]:
+        assert f"<li>{escape(reason)}</li>" in text
+
+
+def test_log_text_is_escaped_and_prompts_redacted(report: str) -> None:
+    for hostile in (HOSTILE_PROMPT, HOSTILE_RID, HOSTILE_REASON, HOSTILE_SAMPLE, "<script>window.__pwned"):
+        assert hostile not in report
+    assert "secret prompt" not in report  # the prompt is not even escaped: it is gone
+    data = _data_block(report)
+    lines = [ln["message"] for d in data["requests"].values() for ln in d["lines"]]
+    assert any("text=[redacted" in m for m in lines)
+    # the hostile rid and reason survive as data (JSON-escaped), for textContent to show
+    assert any(HOSTILE_RID in m for m in lines)
+    assert any(HOSTILE_REASON.split(" ")[0] in str(t["rows"]) for t in data["tables"])
+
+
+def test_show_prompts_keeps_the_prompt_as_escaped_data(synth_db: Path, tmp_path: Path) -> None:
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        page = write_report(con, tmp_path / "r.html", OPTS, show_prompts=True).read_text()
+    finally:
+        con.close()
+    assert HOSTILE_PROMPT not in page
+    lines = [ln["message"] for d in _data_block(page)["requests"].values() for ln in d["lines"]]
+    assert any(HOSTILE_PROMPT in m for m in lines)
+
+
+def test_tables_and_details_match_the_request_classes(report: str, synth_db: Path) -> None:
+    data = _data_block(report)
+    tables = {t["id"]: t for t in data["tables"]}
+    assert {"pins", "firings", "abort_races", "failures", "holes", "requests", "units", "rejects"} <= set(
+        tables
+    )
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        v = compute_verdict(con, OPTS).to_json()
+    finally:
+        con.close()
+    pins = tables["pins"]
+    cls = [c["key"] for c in pins["columns"]].index("class")
+    assert sum(r[cls] == "silent_pin" for r in pins["rows"]) == v["counts"]["silent_pin"]
+    assert sum(r[cls] == "watchdog_fired" for r in pins["rows"]) == v["counts"]["watchdog_fired"]
+    assert len(tables["firings"]["rows"]) == v["counts"]["watchdog_fired"]
+    # every request that did not complete is listed, and its details are embedded
+    listed = {r[0] for r in tables["requests"]["rows"]}
+    assert {r["bootstrap_room"] for r in v["requests"]} <= listed
+    assert {r["bootstrap_room"] for r in v["requests"]} <= set(data["requests"])
+    # per host and unit: lines ingested and recognised add up to the database's
+    units = tables["units"]
+    cols = [c["key"] for c in units["columns"]]
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        lines, recognised = con.execute("SELECT count(*), count(event) FROM lines").fetchone() or (0, 0)
+    finally:
+        con.close()
+    assert sum(r[cols.index("lines")] for r in units["rows"]) == lines
+    assert sum(r[cols.index("recognised")] for r in units["rows"]) == recognised
+
+
+def test_figures_hold_gauges_markers_and_swimlanes(report: str) -> None:
+    timeline = _data_block(report, "pdf-fig-timeline")
+    names = {t.get("name") for t in timeline["data"]}
+    for gauge in (
+        "#inflight-req",
+        "#bootstrap-req",
+        "#queue-req",
+        "#running-req",
+        "#transfer-req",
+        "#prealloc-req",
+    ):
+        assert any(n and n.endswith(gauge) for n in names), gauge
+    assert any(n and "gen throughput" in n for n in names)
+    assert {"watchdog firings", "aborts", "engine lifecycle", "watchdog deadline"} <= names
+    assert timeline["layout"]["shapes"], "restart / hole spans"
+    gantt = _data_block(report, "pdf-fig-gantt")
+    bars = [t for t in gantt["data"] if t["type"] == "bar"]
+    assert bars and all(t["customdata"] for t in bars)
+    assert any("/" in t["marker"]["pattern"]["shape"] for t in bars), "open spans are hatched"
+
+
+def test_small_limits_sample_and_say_so(synth_db: Path, tmp_path: Path) -> None:
+    limits = Limits(gantt_lanes=10, gantt_completed=2, table_requests=20, table_completed=5, detail_bytes=20_000,
+                    gauge_points=50, markers=5, deadline_lanes=1)  # fmt: skip
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        page = write_report(con, tmp_path / "r.html", OPTS, limits=limits).read_text()
+    finally:
+        con.close()
+    notes = re.search(r'<div class="notes" id="sampling">(.*?)</div>', page, re.S)
+    assert notes
+    for said in ("Gauges:", "Swimlanes:", "Requests table:", "Request details", "Markers:", "Timeline:"):
+        assert said in notes.group(1), said
+    data = _data_block(page)
+    rows = next(t for t in data["tables"] if t["id"] == "requests")["rows"]
+    assert sum(r[1] == "completed" for r in rows) == 5 and sum(r[1] != "completed" for r in rows) <= 20
+    assert len(json.dumps(data["requests"])) < 20_000 * 1.1
+    gantt = _data_block(page, "pdf-fig-gantt")
+    assert len(gantt["layout"]["yaxis"]["categoryarray"]) == 10
+
+
+def test_an_empty_window_still_reports_why_it_cannot_decide(tmp_path: Path) -> None:
+    from pdforensics.verdict import install_views
+
+    con = store.open_db(tmp_path / "empty.duckdb")
+    try:
+        install_views(con)
+        page = write_report(con, tmp_path / "r.html", VerdictOptions()).read_text()
+    finally:
+        con.close()
+    assert 'id="verdict-text">inconclusive<' in page
+    assert "no prefill line in the window" in page
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("PDFORENSICS_SLOW"), reason="set PDFORENSICS_SLOW=1 (minutes)")
+def test_100k_requests_make_a_report_under_15_mb(tmp_path: Path) -> None:
+    db = write_db(tmp_path / "big.duckdb", Plan(requests=100_000, minutes=60))
+    con = store.open_db(db, read_only=True)
+    try:
+        started = time.perf_counter()
+        out = write_report(con, tmp_path / "big.html", OPTS)
+        elapsed = time.perf_counter() - started
+    finally:
+        con.close()
+    size = out.stat().st_size
+    print(f"100k requests: {size / 1e6:.1f} MB in {elapsed:.1f} s")
+    assert size < 15_000_000
+
+
+# ------------------------------------------------------------------ the demo incident, through ingest
+
+
+def ingest_fixture(name: str, db: Path) -> tuple[Path, dict]:
+    """A bundled scenario ingested the way a user would; returns the database and its ground truth."""
+    folder = fixtures_dir() / name
+    expected = json.loads((folder / "expected.json").read_text())
+    timeout = (expected.get("verdict_options") or {}).get("watchdog_timeout_s")
+    api.run_ingest(
+        db=db, since=None, until=None, units=["*"], directories=None, journal_files=None,
+        files=[folder / "journal.export"], tz=None, host=None, catalogs=None, watchdog_timeout=timeout,
+        grace=None, progress=False, now_us=0,
+    )  # fmt: skip
+    return db, expected
+
+
+def test_demo_incident_report_shows_the_ground_truth(tmp_path: Path) -> None:
+    db, expected = ingest_fixture("decode_restart_old_build", tmp_path / "demo.duckdb")
+    opts = VerdictOptions(watchdog_timeout_s=expected["verdict_options"]["watchdog_timeout_s"])
+    con = store.open_db(db, read_only=True)
+    try:
+        page = write_report(con, tmp_path / "incident.html", opts).read_text()
+    finally:
+        con.close()
+    assert f'id="verdict-text">{expected["verdict"]}<' in page
+    assert "not deployed" in page  # the old build has no watchdog
+    data = _data_block(page)
+    tables = {t["id"]: t for t in data["tables"]}
+    pins = tables["pins"]
+    keys = [c["key"] for c in pins["columns"]]
+    pinned = {r[keys.index("room")] for r in pins["rows"] if r[keys.index("class")] == "silent_pin"}
+    assert pinned == {r["bootstrap_room"] for r in expected["requests"] if r["class"] == "silent_pin"}
+    listed = {r[0]: r[1] for r in tables["requests"]["rows"]}
+    assert listed == {r["bootstrap_room"]: r["class"] for r in expected["requests"]}
+    assert len(tables["restarts"]["rows"]) == 1
+    # each pinned room: an open prefill span drawn to the window end, and its raw lines embedded
+    for room in pinned:
+        detail = data["requests"][room]
+        assert any(p["open"] and p["engine"] == "prefill" for p in detail["phases"])
+        assert any("Receive:" in ln["message"] for ln in detail["lines"])
+    units = tables["units"]
+    engine = [c["key"] for c in units["columns"]].index("engine")
+    assert {r[engine] for r in units["rows"]} >= {"prefill", "decode"}

@@ -1,0 +1,172 @@
+"""The report in a real browser: Debian's Chromium driven by Playwright, opening the file from disk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_report import ingest_fixture  # tests/ is on sys.path (pytest rootdir conftest)
+
+from pdforensics import store
+from pdforensics.report import write_report
+from pdforensics.report.screenshot import CHROMIUM, launch, screenshot, wait_rendered
+from pdforensics.report.synth import HOSTILE_PROMPT, HOSTILE_REASON, HOSTILE_RID, Plan, write_db
+from pdforensics.verdict import VerdictOptions
+
+pytestmark = pytest.mark.browser
+sync_api = pytest.importorskip("playwright.sync_api")
+if not CHROMIUM.exists():
+    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
+
+OPTS = VerdictOptions(watchdog_timeout_s=60)
+HOSTILE_ROOM = "4242424242424242424"
+
+
+def _write(db: Path, out: Path, show_prompts: bool) -> Path:
+    con = store.open_db(db, read_only=True)
+    try:
+        return write_report(con, out, OPTS, show_prompts=show_prompts)
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The demo incident, ingested as a user would."""
+    return ingest_fixture("decode_restart_old_build", tmp_path_factory.mktemp("demo") / "demo.duckdb")
+
+
+@pytest.fixture(scope="module")
+def reports(demo: tuple[Path, dict], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("reports")
+    # a synthetic window with hostile log text (script in a prompt, a rid, a reason) for the XSS test
+    hostile = write_db(d / "hostile.duckdb", Plan(requests=200, minutes=8, seed=3))
+    return {
+        "redacted": _write(demo[0], d / "incident.html", False),
+        "prompts": _write(hostile, d / "prompts.html", True),
+    }
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page on a report file that records console errors, dialogs and any network request."""
+
+    def __init__(self, browser: Any, path: Path) -> None:
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.requests: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", self._dialog)
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.goto(path.resolve().as_uri())
+        wait_rendered(self.page)
+
+    def _dialog(self, d: Any) -> None:
+        self.dialogs.append(d.message)
+        d.dismiss()
+
+    def close(self) -> None:
+        self.page.close()
+
+
+@pytest.fixture
+def page(browser: Any, reports: dict[str, Path]) -> Iterator[Page]:
+    p = Page(browser, reports["redacted"])
+    yield p
+    p.close()
+
+
+def test_opens_from_disk_offline_with_verdict_and_plots(page: Page, demo: tuple[Path, dict]) -> None:
+    pg = page.page
+    assert pg.inner_text("#verdict-text") == demo[1]["verdict"] == "watchdog_missed"
+    assert "silent_pin" in pg.inner_text("#verdict")
+    assert pg.is_visible("#verdict-text")
+    # both figures drawn by plotly: SVG with traces in it
+    assert pg.locator("#fig-timeline .main-svg").count() > 0
+    assert pg.locator("#fig-timeline .scatterlayer .trace").count() >= 7
+    assert pg.locator("#fig-gantt .barlayer .point").count() > 0
+    assert pg.locator("#tbl-requests tbody tr").count() > 0
+    assert page.errors == []
+    assert [u for u in page.requests if not u.startswith("file://")] == []
+
+
+def test_clicking_a_request_shows_its_timeline_and_raw_lines(page: Page) -> None:
+    pg = page.page
+    row = pg.locator("#tbl-pins tbody tr.clickable").first
+    room = row.get_attribute("data-room")
+    assert room
+    assert pg.is_hidden("#detail")
+    row.click()
+    assert pg.is_visible("#detail")
+    assert room in pg.inner_text("#detail h3")
+    pg.wait_for_selector("#detail-plot .main-svg")
+    assert pg.locator("#detail-plot .barlayer .point").count() >= 1
+    raw = pg.inner_text("#detail pre.raw")
+    assert f"bootstrap_room={room}" in raw and "Receive:" in raw
+    # a swimlane bar opens its request too
+    bar = pg.locator("#fig-gantt .barlayer .point path").first
+    box = bar.bounding_box()
+    assert box
+    pg.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    pg.wait_for_function("document.querySelector('#detail h3').textContent.includes('bootstrap_room=')")
+    assert page.errors == []
+
+
+def test_tables_filter_and_sort(page: Page) -> None:
+    pg = page.page
+    rows = pg.locator("#tbl-requests tbody tr")
+    first_room = rows.first.get_attribute("data-room")
+    assert first_room
+    pg.fill("#tbl-requests input[type=search]", first_room)
+    pg.wait_for_function("document.querySelectorAll('#tbl-requests tbody tr').length === 1")
+    pg.fill("#tbl-requests input[type=search]", "")
+    pg.wait_for_function("document.querySelectorAll('#tbl-requests tbody tr').length > 1")
+    header = pg.locator("#tbl-requests th", has_text="first seen")
+    header.click()
+    header.click()  # descending
+    times = pg.locator("#tbl-requests tbody tr td:nth-child(8)").all_inner_texts()
+    assert times == sorted(times, reverse=True)
+
+
+def test_hostile_log_lines_stay_inert(browser: Any, reports: dict[str, Path]) -> None:
+    p = Page(browser, reports["prompts"])
+    try:
+        pg = p.page
+        pg.evaluate(f"window.pdforensics.showRequest('{HOSTILE_ROOM}')")
+        raw = pg.inner_text("#detail pre.raw")
+        assert HOSTILE_PROMPT in raw and HOSTILE_RID in raw  # shown as text, not run
+        # hover labels render plotly's HTML subset: move over the hostile request's markers
+        for point in pg.locator("#detail-plot .scatterlayer .point").all():
+            box = point.bounding_box()
+            if box:
+                pg.mouse.move(box["x"] + box["width"] / 2 + 1, box["y"] + box["height"] / 2)
+                pg.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        pg.wait_for_function(
+            "(document.querySelector('#detail-plot .hoverlayer').textContent || '').includes('onerror')"
+        )
+        assert "<img src=x onerror=" in (pg.text_content("#detail-plot .hoverlayer") or "")
+        pg.fill("#tbl-failures input[type=search]", "onerror")
+        pg.wait_for_function("document.querySelectorAll('#tbl-failures tbody tr').length === 1")
+        assert "<img src=x onerror=" in pg.inner_text("#tbl-failures tbody")
+        assert HOSTILE_REASON.split(" ")[0] in pg.inner_text("#tbl-failures tbody")
+        assert pg.evaluate("typeof window.__pwned") == "undefined"
+        assert pg.locator("img[src=x], svg[onload], #detail script").count() == 0
+        assert p.dialogs == [] and p.errors == []
+    finally:
+        p.close()
+
+
+def test_screenshot_helper_writes_a_png(browser: Any, reports: dict[str, Path], tmp_path: Path) -> None:
+    out = screenshot(reports["redacted"], tmp_path / "report.png", height=900, browser=browser)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,299 @@
+"""`pdforensics sql`: saved queries, output formats, read-only connection, DuckDB's own errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+import synthdb
+
+from pdforensics import query
+from pdforensics.errors import UsageError
+from pdforensics.verdict import VerdictOptions
+
+REQUIRED_SAVED = {
+    "stuck_requests", "watchdog_firings", "abort_races", "failures_by_reason", "inflight_gauge",
+    "requests_per_incarnation", "unrecognised_lines",
+}  # fmt: skip
+OPTS = VerdictOptions(watchdog_timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return synthdb.build(tmp_path_factory.mktemp("sql") / "synth.duckdb")
+
+
+def run(db: Path, sql: str, fmt: str = "csv", opts: VerdictOptions | None = OPTS) -> str:
+    out = io.StringIO()
+    query.run_query(db, sql, fmt, opts, out)
+    return out.getvalue()
+
+
+def rows(db: Path, sql: str, opts: VerdictOptions | None = OPTS) -> list[dict]:
+    return [json.loads(line) for line in run(db, sql, "ndjson", opts).splitlines()]
+
+
+# ------------------------------------------------------------------ saved queries
+
+
+def test_saved_queries_have_descriptions_and_cover_the_issue() -> None:
+    saved = query.saved_queries()
+    assert set(saved) >= REQUIRED_SAVED
+    for q in saved.values():
+        first = q.path.read_text().splitlines()[0]
+        assert first.startswith("-- ") and len(first) > 20, q.path
+        assert q.description == first[3:].strip()
+        assert "\n" not in q.description
+
+
+def test_list_shows_every_saved_query_with_its_description() -> None:
+    out = io.StringIO()
+    query.list_saved(out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(query.saved_queries())
+    for name, q in query.saved_queries().items():
+        assert any(line.startswith(name + " ") and line.endswith(q.description) for line in lines)
+
+
+@pytest.mark.parametrize("name", sorted(query.saved_queries()))
+def test_every_saved_query_runs(db: Path, name: str) -> None:
+    out = run(db, name, "csv")
+    header = next(csv.reader(io.StringIO(out)))
+    assert header and all(header)
+
+
+def test_stuck_requests_lists_the_pin_and_the_firing_with_dwell(db: Path) -> None:
+    got = {r["room"]: r for r in rows(db, "stuck_requests") if r["kind"] == "request"}
+    assert got[str(synthdb.ROOM_PINNED)]["class"] == "silent_pin"
+    assert got[str(synthdb.ROOM_PINNED)]["dwell_s"] > 60 + 10
+    assert got[str(synthdb.ROOM_FIRED)]["class"] == "watchdog_fired"
+    assert got[str(synthdb.ROOM_FIRED)]["dwell_s"] == pytest.approx(60.4)
+    assert all(r["timeout_s"] == 60 for r in got.values())
+    assert str(synthdb.ROOM_OK) not in got
+
+
+def test_watchdog_firings(db: Path) -> None:
+    (f,) = rows(db, "watchdog_firings")
+    assert f["room"] == str(synthdb.ROOM_FIRED)
+    assert f["dwell_s"] == pytest.approx(60.4)
+    assert f["state"] == "KVPoll.Transferring"
+    assert f["same_second"] is True
+
+
+def test_abort_races(db: Path) -> None:
+    (r,) = rows(db, "abort_races")
+    assert r["room"] == str(synthdb.ROOM_RACE)
+    assert r["outcome"] == "released"
+
+
+def test_failures_by_reason_groups_numbers_away(db: Path) -> None:
+    got = rows(db, "failures_by_reason")
+    reasons = {(r["event"], r["reason"]): r for r in got}
+    assert reasons[("prefill_transfer_failed", "Aborted by AbortReq.")]["rooms"] == 1
+    assert ("prefill_transfer_failed", "inflight watchdog: stalled >Ns in KVPoll.Transferring") in reasons
+    assert reasons[("watchdog_fired", "KVPoll.Transferring")]["lines"] == 1
+
+
+def test_inflight_gauge_over_time(db: Path) -> None:
+    got = rows(db, "inflight_gauge")
+    assert [r["inflight_req"] for r in got] == [1, 2, 3, 2, 2]
+    assert [r["floor"] for r in got] == [0, 0, 2, 1, 1]
+    assert got == sorted(got, key=lambda r: r["time_utc"])
+
+
+def test_requests_per_incarnation_sees_the_decode_restart(db: Path) -> None:
+    got = rows(db, "requests_per_incarnation")
+    decode = [r for r in got if r["engine"] == "decode"]
+    assert [r["incarnation"] for r in decode] == [1, 2]
+    assert decode[0]["received"] == 3 and decode[1]["received"] == 0
+    (prefill,) = [r for r in got if r["engine"] == "prefill"]
+    assert prefill["received"] == 4
+
+
+def test_unrecognised_lines_are_not_parse_errors(db: Path) -> None:
+    (u,) = rows(db, "unrecognised_lines")
+    assert u["sample"] == "some library warning nobody catalogued"
+    (p,) = rows(db, "parse_errors")
+    assert p["entry"] == "prefill_batch_0_5_23"
+
+
+# ------------------------------------------------------------------ formats
+
+
+SQL = (
+    "SELECT bootstrap_room, room, class, dwell_s, abort_race, wd_ranks FROM requests ORDER BY bootstrap_room"
+)
+
+
+def test_csv_round_trips(db: Path) -> None:
+    got = list(csv.DictReader(io.StringIO(run(db, SQL, "csv"))))
+    assert [int(r["bootstrap_room"]) for r in got] == sorted(synthdb.ROOMS)
+    race = next(r for r in got if r["room"] == str(synthdb.ROOM_RACE))
+    assert race["abort_race"] == "true"
+    fired = next(r for r in got if r["room"] == str(synthdb.ROOM_FIRED))
+    assert json.loads(fired["wd_ranks"]) == [0]
+
+
+def test_json_and_ndjson_keep_64_bit_rooms_exact(db: Path) -> None:
+    as_json = json.loads(run(db, SQL, "json"))
+    as_ndjson = [json.loads(line) for line in run(db, SQL, "ndjson").splitlines()]
+    assert as_json == as_ndjson
+    assert [r["bootstrap_room"] for r in as_json] == sorted(synthdb.ROOMS)  # above 2**63 too
+    assert as_json[0]["wd_ranks"] is None or isinstance(as_json[0]["wd_ranks"], list)
+
+
+def test_json_embeds_json_columns_and_empty_results(db: Path) -> None:
+    assert json.loads(run(db, "SELECT extra FROM events LIMIT 1", "json")) == [{"extra": {}}]
+    assert json.loads(run(db, "SELECT 1 AS x WHERE false", "json")) == []
+    assert run(db, "SELECT 1 AS x WHERE false", "ndjson") == ""
+    nan = json.loads(run(db, "SELECT 'nan'::DOUBLE AS x, 1.5 AS d, DATE '2026-11-30' AS day", "json"))
+    assert nan == [{"x": None, "d": 1.5, "day": "2026-11-30"}]
+
+
+def test_markdown_is_a_valid_pipe_table(db: Path) -> None:
+    out = run(db, "SELECT 'a|b' AS text, 2 AS n UNION ALL SELECT 'line\nbreak', NULL ORDER BY n", "markdown")
+    lines = out.splitlines()
+    assert lines[0] == "| text | n |"
+    assert lines[1] == "|---|---:|"
+    assert lines[2] == "| a\\|b | 2 |"
+    assert lines[3] == "| line<br>break | NULL |"
+
+
+def test_table_aligns_and_counts_rows(db: Path) -> None:
+    out = run(db, "SELECT room, class FROM requests ORDER BY room", "table")
+    lines = out.splitlines()
+    assert lines[0].split() == ["room", "class"]
+    assert set(lines[1].replace(" ", "")) == {"─"}
+    assert lines[-1] == "(4 rows)"
+    col = lines[0].index("class")
+    classes = {line[col:].strip() for line in lines[2:-1]}
+    assert classes == {"completed", "watchdog_fired", "silent_pin", "aborted"}
+
+
+def test_table_shows_control_characters_instead_of_sending_them(db: Path) -> None:
+    out = run(db, "SELECT chr(27) || '[33mwarn' AS m", "table")
+    assert "\x1b" not in out and "\\x1b[33mwarn" in out
+
+
+def test_unknown_format_is_a_usage_error(db: Path) -> None:
+    with pytest.raises(UsageError, match="table, csv, json, ndjson, markdown"):
+        run(db, "SELECT 1", "xml")
+
+
+# ------------------------------------------------------------------ names, errors, read-only
+
+
+def test_a_table_or_view_name_runs_as_a_query(db: Path) -> None:
+    assert len(rows(db, "requests")) == 4
+    assert len(rows(db, "meta")) == 1
+
+
+def test_an_unknown_name_lists_the_saved_queries(db: Path) -> None:
+    with pytest.raises(UsageError, match=r"no saved query.*stuck_requests"):
+        run(db, "stuck")
+
+
+def test_query_file(db: Path, tmp_path: Path) -> None:
+    f = tmp_path / "mine.sql"
+    f.write_text("-- mine\nSELECT count(*) AS n FROM lines\n")
+    assert rows(db, str(f)) == [{"n": len(synthdb.scenario())}]
+
+
+def test_syntax_error_gives_duckdb_message_and_position(db: Path) -> None:
+    with pytest.raises(query.QueryError) as err:
+        run(db, "SELECT room\nFORM requests")
+    text = str(err.value)
+    assert "Parser Error: syntax error at or near" in text
+    assert "LINE 2: FORM requests" in text
+    assert "^" in text.splitlines()[-1]
+
+
+def test_binder_error_names_the_candidates(db: Path) -> None:
+    with pytest.raises(query.QueryError, match=r"(?s)Binder Error.*nope.*LINE 1"):
+        run(db, "SELECT nope FROM requests")
+
+
+def test_saved_query_errors_name_the_file(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "broken.sql").write_text("-- broken on purpose\nSELECT * FROM no_such_table\n")
+    monkeypatch.setattr(query, "saved_dir", lambda: tmp_path)
+    with pytest.raises(
+        query.QueryError, match=r"(?s)saved query broken \(broken.sql\).*Catalog Error.*LINE 2"
+    ):
+        run(db, "broken")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO meta VALUES ('x', 'y')",
+        "CREATE TABLE t (x INT)",
+        "DELETE FROM lines",
+        "DROP VIEW requests",
+    ],
+)
+def test_connection_is_read_only(db: Path, sql: str) -> None:
+    before = duckdb.connect(str(db), read_only=True)
+    n = before.execute("SELECT count(*) FROM lines").fetchone()
+    before.close()
+    with pytest.raises(query.QueryError, match="read-only"):
+        run(db, sql)
+    after = duckdb.connect(str(db), read_only=True)
+    assert after.execute("SELECT count(*) FROM lines").fetchone() == n
+    assert after.execute("SELECT count(*) FROM meta").fetchone() == (1,)
+    after.close()
+
+
+def test_options_become_session_variables(db: Path) -> None:
+    got = rows(db, "SELECT getvariable('pdf_watchdog_timeout_s') AS t, getvariable('pdf_grace_s') AS g")
+    assert got == [{"t": 60.0, "g": 10.0}]
+    # The classification follows them: with a 300 s timeout the 189 s hold is no silent pin yet.
+    classes = {r["room"]: r["class"] for r in rows(db, "SELECT room, class FROM requests", OPTS)}
+    assert classes[str(synthdb.ROOM_PINNED)] == "silent_pin"
+    longer = VerdictOptions(watchdog_timeout_s=300)
+    classes = {r["room"]: r["class"] for r in rows(db, "SELECT room, class FROM requests", longer)}
+    assert classes[str(synthdb.ROOM_PINNED)] != "silent_pin"
+
+
+def test_several_statements_return_the_last_result(db: Path) -> None:
+    assert rows(db, "SET VARIABLE x = 41; SELECT getvariable('x') + 1 AS y") == [{"y": 42}]
+
+
+# ------------------------------------------------------------------ the command
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PDFORENSICS_DEBUG"}
+    return subprocess.run(
+        [sys.executable, "-m", "pdforensics", "sql", *args], capture_output=True, text=True, env=env
+    )
+
+
+def test_cli_bad_query_is_one_message_not_a_traceback(db: Path) -> None:
+    res = _cli("--db", str(db), "SELECT * FORM lines")
+    assert res.returncode == 1
+    assert res.stderr.startswith("pdforensics: query failed: Parser Error")
+    assert "LINE 1: SELECT * FORM lines" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert res.stdout == ""
+
+
+def test_cli_saved_query_and_formats(db: Path) -> None:
+    res = _cli("--db", str(db), "--watchdog-timeout", "60", "--format", "ndjson", "watchdog_firings")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["room"] == str(synthdb.ROOM_FIRED)
+    listing = _cli("--list")
+    assert listing.returncode == 0
+    assert "stuck_requests" in listing.stdout
+
+
+def test_cli_missing_database(tmp_path: Path) -> None:
+    res = _cli("--db", str(tmp_path / "none.duckdb"), "SELECT 1")
+    assert res.returncode == 4
+    assert "run `pdforensics ingest` first" in res.stderr
