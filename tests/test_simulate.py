@@ -34,6 +34,7 @@ TOP_KEYS = {
     "verdict",
     "reasons_contain",
     "anonymous_pins",
+    "hosts",
     "requests",
 }
 REQ_KEYS = [

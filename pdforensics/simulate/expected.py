@@ -114,6 +114,11 @@ def classify(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> pl.DataFrame:
     return df.sort("t_arr")
 
 
+def _offset(minutes: int) -> str:
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
 def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[int, int]) -> str:
     """The expected.json text (one request per line, so 10M-line incidents stay fast)."""
     df = classify(w, sc, pre, dec)
@@ -137,6 +142,8 @@ def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[i
         "verdict": sc.verdict,
         "reasons_contain": list(sc.reasons_contain),
         "anonymous_pins": anonymous,
+        # What a reader of the plain logs must be told: each host's zone (the prefix has none).
+        "hosts": {e.host.name: {"tz": _offset(e.host.tz_min), "skew_s": e.host.skew_s} for e in (pre, dec)},
     }
     if sc.verdict_options:
         head["verdict_options"] = dict(sc.verdict_options)

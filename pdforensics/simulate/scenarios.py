@@ -301,7 +301,7 @@ def build_journald_suppression(w: World) -> Built:
         w.reqs.append(r)
     B.health_checks(w, dec, -60.0, end, interval=30.0)
     B.traffic(w, pre, dec, -60.0, 246.0, rate=1 / 14)
-    for t in (222.4, 224.1, 225.6):  # NIXL handles that never complete: pinned, no line
+    for t in (200.4, 202.1, 203.6):  # NIXL handles that never complete: pinned, no line
         r = _pinned(w, t, pre)
         r.pin = True
     for t in (258.3, 266.9):  # routed during the hole: only decode's lines survive
