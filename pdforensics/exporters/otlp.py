@@ -16,6 +16,7 @@ The file is what the OpenTelemetry Collector's `otlpjsonfile` receiver reads.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -36,6 +37,7 @@ INT64_MAX = 2**63 - 1
 ERROR_CLASSES = {"watchdog_fired", "silent_pin", "transfer_failed", "aborted", "lost"}
 
 
+@functools.lru_cache(maxsize=4)  # each room's spans ask for it in turn
 def trace_id(room: int) -> str:
     """32 hex digits; the low 64 bits are the room itself, so a trace id names its room."""
     return hashlib.sha256(f"pdforensics-room:{room}".encode()).hexdigest()[:16] + f"{room:016x}"
