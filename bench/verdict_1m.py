@@ -116,7 +116,9 @@ def _lines_for_events(con) -> None:  # type: ignore[no-untyped-def]
                   ts_us, app_ts_us, 'journal', 1000000, tp_rank, event || ' ' || coalesce(rid, ''), event, entry
            FROM events"""
     )
-    con.execute("INSERT INTO ingests (ingest_id, started_at, sources, status) VALUES (1, now(), 'bench', 'ok')")
+    con.execute(
+        "INSERT INTO ingests (ingest_id, started_at, sources, status) VALUES (1, now(), 'bench', 'ok')"
+    )
 
 
 def build(path: Path, n: int) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 from pdforensics import store
 from pdforensics.catalog import load_catalog
 from pdforensics.errors import UsageError
-from pdforensics.sources import Selection, Source
+from pdforensics.sources import Selection, Source, Window
 from pdforensics.timewindow import parse_instant, parse_window
 
 if TYPE_CHECKING:
@@ -71,11 +71,12 @@ def run_ingest(
 ) -> tuple[IngestSummary, Verdict | None]:
     from pdforensics.ingest import ingest
 
-    window = parse_window(since, until, now_us, tz)
+    window = checked_window(since, until, now_us, tz)
+    lock_wait_s = ingest_lock_wait_s()
     selection = Selection(window=window, units=tuple(units or ("sglang*",)))
     catalog = load_catalog(catalogs or [])
     sources = build_sources(directories, journal_files, files, host)
-    con = store.open_db(db, wait_s=ingest_lock_wait_s())
+    con = store.open_db(db, wait_s=lock_wait_s)
     try:
         with _progress(progress) as tick:
             summary = ingest(db, sources, selection, catalog, tz=tz, progress=tick, con=con)
@@ -142,8 +143,21 @@ class _progress:
             self._p.__exit__(None, None, None)
 
 
+# Instants the database and the views can hold: 0001-01-01 .. 9999-12-31 UTC. `--since 99999999999d`
+# parses (it is a duration) but lies outside; DuckDB then failed on it with a cast error.
+MIN_US, MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+
+
+def checked_window(since: str | None, until: str | None, now_us: int, tz: str | None = None) -> Window:
+    window = parse_window(since, until, now_us, tz)
+    for option, value in (("--since", window.since_us), ("--until", window.until_us)):
+        if value is not None and not MIN_US <= value <= MAX_US:
+            raise UsageError(f"{option} is out of range: it must fall between the years 1 and 9999")
+    return window
+
+
 def _window_us(since: str | None, until: str | None, now_us: int) -> tuple[int | None, int | None]:
-    w = parse_window(since, until, now_us, None)
+    w = checked_window(since, until, now_us, None)
     return w.since_us, w.until_us
 
 

@@ -561,17 +561,51 @@ def machine() -> dict[str, Any]:
 
 def run(
     sizes: list[int],
-    runs: int,
+    runs: list[int],
     work: Path,
     out: Path,
     formats: tuple[str, ...] = ("plain", "journal"),
     verdict: bool = True,
-    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+    log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
 ) -> dict[str, Any]:
+    """Measure every size (`runs[i]` rounds for `sizes[i]`), writing `out` after each step."""
     work.mkdir(parents=True, exist_ok=True)
     res = Results()
     labels = [size_label(n) for n in sizes]
     inputs: dict[str, dict[str, list[Path]]] = {}
+    errors: list[str] = []
+    command = ("python -m pdforensics.bench " + " ".join(sys.argv[1:])).strip()
+
+    def save() -> dict[str, Any]:
+        # Rewritten after every measurement: a long run cut short keeps what it measured.
+        for label in labels:
+            derive(res, label)
+        doc = {
+            "command": command,
+            "scenario": SCENARIO,
+            "grep_pattern": GREP_PATTERN,
+            "runs": dict(zip(labels, runs, strict=True)),
+            "machine": machine(),
+            "inputs": res.inputs,
+            "figures": [f.to_json() for f in res.figures.values()],
+            "table": table(res, labels),
+            "errors": errors,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1))
+        return doc
+
+    def attempt(what: str, measure: Callable[[], None]) -> None:
+        # One failing stage (e.g. the report) must not cost the figures of the others.
+        log(f"[bench] {time.strftime('%H:%M:%S')} {what}")
+        try:
+            measure()
+        except (RuntimeError, AssertionError, KeyError, ValueError) as exc:
+            errors.append(f"{what}: {exc}")
+            log(f"[bench] {what} FAILED: {exc}")
+        save()
+
     for n, label in zip(sizes, labels, strict=True):
         started = time.perf_counter()
         inputs[label] = {}
@@ -583,20 +617,10 @@ def run(
             inputs[label]["journal"] = make_journal(work, n)
             res.inputs.setdefault(label, {})
         log(f"[bench] inputs for {label} ready ({time.perf_counter() - started:.0f} s)")
-    errors: list[str] = []
-
-    def attempt(what: str, measure: Callable[[], None]) -> None:
-        # One failing stage (e.g. the report) must not cost the figures of the others.
-        log(f"[bench] {what}")
-        try:
-            measure()
-        except (RuntimeError, AssertionError, KeyError, ValueError) as exc:
-            errors.append(f"{what}: {exc}")
-            log(f"[bench] {what} FAILED: {exc}")
-
-    for r in range(runs):
-        for label in labels:
-            run_no = f"run {r + 1}/{runs} {label}"
+    # Smaller sizes first and all their rounds: a cut-short run still has complete small figures.
+    for label, count in zip(labels, runs, strict=True):
+        for r in range(count):
+            run_no = f"run {r + 1}/{count} {label}"
             if "plain" in formats:
                 db = work / f"plain-{label}.duckdb"
                 attempt(
@@ -610,29 +634,13 @@ def run(
                     lambda label=label, db=db: measure_journal(res, label, inputs[label]["journal"], db),
                 )
     if verdict and "plain" in formats:
-        big = labels[-1]
+        big, count = labels[-1], runs[-1]
         db, html = work / f"plain-{big}.duckdb", work / f"report-{big}.html"
-        for r in range(runs):
-            attempt(f"run {r + 1}/{runs} {big}: verdict, report", lambda: measure_verdict(res, big, db, html))
-    for label in labels:
-        derive(res, label)
-    command = "python -m pdforensics.bench " + " ".join(sys.argv[1:])
-    text = table(res, labels)
-    doc = {
-        "command": command.strip(),
-        "scenario": SCENARIO,
-        "grep_pattern": GREP_PATTERN,
-        "runs": runs,
-        "machine": machine(),
-        "inputs": res.inputs,
-        "figures": [f.to_json() for f in res.figures.values()],
-        "table": text,
-        "errors": errors,
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1))
-    return doc
+        for r in range(count):
+            attempt(
+                f"run {r + 1}/{count} {big}: verdict, report", lambda: measure_verdict(res, big, db, html)
+            )
+    return save()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -644,7 +652,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--sizes", default="1M,10M", help="incident sizes in lines, comma-separated (2k, 1M, ...)"
     )
-    ap.add_argument("--runs", type=int, default=3, help="rounds; each figure is the median")
+    ap.add_argument(
+        "--runs", default="3", help="rounds, each figure the median; one number, or one per size (3,1)"
+    )
     ap.add_argument("--quick", action="store_true", help="smoke run: --sizes 3k --runs 1")
     ap.add_argument("--dir", type=Path, default=Path("bench/results/work"), help="inputs and databases")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results")
@@ -652,12 +662,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-verdict", action="store_true", help="skip verdict/report")
     args = ap.parse_args(argv)
     sizes = [3_000] if args.quick else [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    runs = 1 if args.quick else max(args.runs, 1)
+    runs = [max(int(r), 1) for r in args.runs.split(",")]
+    if args.quick:
+        runs = [1]
+    if len(runs) == 1:
+        runs = runs * len(sizes)
+    if len(runs) != len(sizes):
+        ap.error("--runs takes one number or one per size")
+    order = sorted(range(len(sizes)), key=sizes.__getitem__)
+    sizes, runs = [sizes[i] for i in order], [runs[i] for i in order]
     formats = (args.only,) if args.only else ("plain", "journal")
     if "journal" in formats and not JOURNAL_REMOTE.exists():
         print(f"{JOURNAL_REMOTE} is missing (Debian: systemd-journal-remote)", file=sys.stderr)
         return 2
-    doc = run(sorted(sizes), runs, args.dir, args.out, formats, verdict=not args.no_verdict)
+    doc = run(sizes, runs, args.dir, args.out, formats, verdict=not args.no_verdict)
     print(doc["table"])
     print(f"\n{args.out}  (reproduce: {doc['command']})")
     return 0

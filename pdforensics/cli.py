@@ -32,7 +32,11 @@ EXIT_INTERRUPTED = 130
 DbOpt = Annotated[
     Path,
     typer.Option(
-        "--db", envvar="PDFORENSICS_DB", help="DuckDB file (env PDFORENSICS_DB).", show_default=True
+        "--db",
+        envvar="PDFORENSICS_DB",
+        help="DuckDB file (env PDFORENSICS_DB).",
+        show_default=True,
+        readable=False,  # our own check says what to do about it, in one line (click's is a box)
     ),
 ]
 SinceOpt = Annotated[
@@ -71,15 +75,19 @@ def ingest(
         typer.Option("--unit", "-u", help="Unit glob, repeatable (default sglang*; * = all)."),
     ] = None,
     directory: Annotated[
-        list[Path] | None, typer.Option("--directory", "-D", help="Journal directory (e.g. journal-remote).")
+        list[Path] | None,
+        typer.Option("--directory", "-D", help="Journal directory (e.g. journal-remote).", readable=False),
     ] = None,
     journal_file: Annotated[
-        list[Path] | None, typer.Option("--journal-file", help="A .journal file.")
+        list[Path] | None, typer.Option("--journal-file", help="A .journal file.", readable=False)
     ] = None,
     file: Annotated[
         list[Path] | None,
         typer.Option(
-            "--file", "-f", help="journalctl -o json / -o export output, or a plain SGLang log (.gz ok)."
+            "--file",
+            "-f",
+            help="journalctl -o json / -o export output, or a plain SGLang log (.gz ok).",
+            readable=False,
         ),
     ] = None,
     tz: Annotated[

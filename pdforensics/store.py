@@ -132,23 +132,12 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float = 0.0) -> d
     (an ingest waits a little for a concurrent one instead of failing at once).
     """
     path = Path(path)
-    if read_only:
-        if not path.exists():
-            raise DatabaseError(f"no database at {path}; run `pdforensics ingest` first (or pass --db)")
-        if not os.access(path, os.R_OK):
-            raise DatabaseError(f"cannot read {path}: permission denied")
-        if path.is_file() and path.stat().st_size == 0:
-            raise DatabaseError(f"{path} holds no pdforensics data yet; run `pdforensics ingest` first")
-    else:
-        parent = path.parent if str(path.parent) else Path(".")
-        if not parent.exists():
-            raise DatabaseError(f"cannot create {path}: folder {parent} does not exist")
-        if (path.exists() and not os.access(path, os.W_OK)) or (
-            not path.exists() and not os.access(parent, os.W_OK)
-        ):
-            raise DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)")
-        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
-            _create_atomically(path)
+    try:
+        _check_path(path, read_only)
+    except PermissionError:  # a folder on the way the user may not enter
+        if read_only:
+            raise DatabaseError(f"cannot read {path}: permission denied") from None
+        raise DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)") from None
     started = time.monotonic()
     while True:
         try:
@@ -172,6 +161,27 @@ def open_db(path: str | Path, read_only: bool = False, wait_s: float = 0.0) -> d
         con.close()
         raise
     return con
+
+
+def _check_path(path: Path, read_only: bool) -> None:
+    """Clear messages before DuckDB's own; a writer creates a missing (or empty) database."""
+    if read_only:
+        if not path.exists():
+            raise DatabaseError(f"no database at {path}; run `pdforensics ingest` first (or pass --db)")
+        if not os.access(path, os.R_OK):
+            raise DatabaseError(f"cannot read {path}: permission denied")
+        if path.is_file() and path.stat().st_size == 0:
+            raise DatabaseError(f"{path} holds no pdforensics data yet; run `pdforensics ingest` first")
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise DatabaseError(f"cannot create {path}: folder {parent} does not exist")
+    if (path.exists() and not os.access(path, os.W_OK)) or (
+        not path.exists() and not os.access(parent, os.W_OK)
+    ):
+        raise DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)")
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        _create_atomically(path)
 
 
 def _create_atomically(path: Path) -> None:

@@ -46,13 +46,42 @@ def view_files() -> list[Any]:
     return sorted((queries_dir() / "views").glob("*.sql"))
 
 
-def install_views(con: duckdb.DuckDBPyConnection) -> None:
-    """Create (or replace) every classification view in the database, in file-name order."""
-    for path in view_files():
-        try:
-            con.execute(path.read_text(encoding="utf-8"))
-        except duckdb.Error as exc:
-            raise DatabaseError(f"cannot install view file {path.name}: {str(exc).splitlines()[0]}") from None
+_VIEW_NAME = re.compile(r"CREATE\s+OR\s+REPLACE\s+(?:TEMP\s+)?VIEW\s+(\w+)", re.IGNORECASE)
+
+
+def install_views(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> None:
+    """Create (or replace) every classification view, in file-name order.
+
+    DuckDB binds a new view against everything it references, recursively, so installing a deep
+    stack of views one by one costs more with each layer. While installing, each new view is
+    shadowed by an empty temporary table of its columns: the next views bind against that
+    instead. The shadows are dropped at the end; the stored views are untouched by them.
+    """
+    row = con.execute("SELECT current_database()").fetchall()
+    catalog = row[0][0] if row else "main"
+    shadows: list[str] = []
+    try:
+        for path in view_files():
+            sql = path.read_text(encoding="utf-8")
+            if temporary:
+                sql = re.sub(r"CREATE OR REPLACE (VIEW|MACRO)", r"CREATE OR REPLACE TEMP \1", sql)
+            try:
+                for stmt in con.extract_statements(sql):
+                    con.execute(stmt.query)
+                    name = _VIEW_NAME.search(stmt.query)
+                    if name and not temporary:
+                        view = name.group(1)
+                        con.execute(
+                            f'CREATE OR REPLACE TEMP TABLE "{view}" AS SELECT * FROM "{catalog}".main."{view}" LIMIT 0'
+                        )
+                        shadows.append(view)
+            except duckdb.Error as exc:
+                raise DatabaseError(
+                    f"cannot install view file {path.name}: {str(exc).splitlines()[0]}"
+                ) from None
+    finally:
+        for view in reversed(shadows):
+            con.execute(f'DROP TABLE IF EXISTS temp.main."{view}"')
 
 
 def ensure_views(con: duckdb.DuckDBPyConnection) -> None:
@@ -62,13 +91,8 @@ def ensure_views(con: duckdb.DuckDBPyConnection) -> None:
         return
     try:
         install_views(con)
-        return
     except DatabaseError:
-        pass
-    for path in view_files():
-        sql = path.read_text(encoding="utf-8")
-        sql = re.sub(r"CREATE OR REPLACE (VIEW|MACRO)", r"CREATE OR REPLACE TEMP \1", sql)
-        con.execute(sql)
+        install_views(con, temporary=True)
 
 
 def _has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -95,7 +119,7 @@ def apply_options(con: duckdb.DuckDBPyConnection, opts: VerdictOptions | None) -
 
 
 @contextmanager
-def _materialised(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+def materialised(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """Shadow the heavy views with temporary tables of their rows for the duration of one answer.
 
     Temporary tables win name resolution over views, so every later view reads the stored rows
@@ -110,10 +134,13 @@ def _materialised(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         ).fetchall()
     }
     made: list[str] = []
+    shadowed = {
+        r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
+    }
     try:
         for name in _MATERIALISE:
-            if name not in installed:
-                continue  # temporary views (ensure_views) are used as they are
+            if name not in installed or name in shadowed:
+                continue  # temporary views (ensure_views) are used as they are; nested calls reuse the outer one
             con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS SELECT * FROM "{catalog}".main."{name}"')
             made.append(name)
         yield
@@ -225,7 +252,7 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
     """The window's verdict, its reasons, counts and every request that did not complete."""
     ensure_views(con)
     apply_options(con, options)
-    with _materialised(con):
+    with materialised(con):
         v = _rows(con, "SELECT * FROM verdict")[0]
         reqs = _rows(
             con,
@@ -291,7 +318,9 @@ def render_text(v: Verdict, max_requests: int = 200) -> str:
     ]
     if v.requests:
         out += ["", f"requests not completed ({len(v.requests):,}):"]
-        out.append(f"  {'bootstrap_room':<20} {'class':<16} {'flags':<30} {'dwell':>9}  prefill_rid / decode_rid")
+        out.append(
+            f"  {'bootstrap_room':<20} {'class':<16} {'flags':<30} {'dwell':>9}  prefill_rid / decode_rid"
+        )
         for r in v.requests[:max_requests]:
             flags = ",".join(k for k in ("abort_race", "across_restart", "one_sided") if r[k]) or "-"
             dwell = "-" if r["dwell_s"] is None else f"{r['dwell_s']:.1f}s"
@@ -328,7 +357,9 @@ class Timeline:
 def _resolve_room(con: duckdb.DuckDBPyConnection, key: str) -> int:
     key = key.strip()
     if key.isdigit():
-        row = con.execute("SELECT 1 FROM room_events WHERE bootstrap_room = ?::UBIGINT LIMIT 1", [key]).fetchone()
+        row = con.execute(
+            "SELECT 1 FROM room_events WHERE bootstrap_room = ?::UBIGINT LIMIT 1", [key]
+        ).fetchone()
         if row:
             return int(key)
     row = con.execute(
@@ -359,12 +390,12 @@ def request_timeline(
         con,
         """
         WITH mine AS (
-            SELECT line_id, host, engine, ts_us, t_us, event, tp_rank, rid FROM room_events
+            SELECT line_id, host, engine, ts_us, t_us, event, tp_rank, rid, NULL AS note FROM room_events
             WHERE bootstrap_room = ?::UBIGINT
         ),
         shutdown AS (
             -- `Gracefully exiting ... remaining_rids=[...]` lines that list its decode rid
-            SELECT e.line_id, e.host, e.engine, e.ts_us, e.t_us, e.event, e.tp_rank, NULL AS rid
+            SELECT e.line_id, e.host, e.engine, e.ts_us, e.t_us, e.event, e.tp_rank, NULL AS rid, NULL AS note
             FROM evt AS e
             WHERE e.event = 'graceful_exit' AND e.rids IS NOT NULL
               AND EXISTS (SELECT 1 FROM mine AS m WHERE m.engine = e.engine AND m.rid IS NOT NULL
@@ -372,13 +403,15 @@ def request_timeline(
         ),
         restarts AS (
             SELECT NULL::BIGINT AS line_id, host, engine, NULL::BIGINT AS ts_us, stop_t AS t_us,
-                   'engine_' || kind AS event, NULL::SMALLINT AS tp_rank, NULL AS rid
+                   'engine_' || kind AS event, NULL::SMALLINT AS tp_rank, NULL AS rid,
+                   format('{} {}: down from {} to {} ({})', engine, kind, pdf_ts(stop_t),
+                          coalesce(pdf_ts(up_t), 'the window end'), how) AS note
             FROM engine_restarts
             WHERE stop_t BETWEEN (SELECT min(t_us) FROM mine) - 600000000 AND (SELECT max(t_us) FROM mine) + 600000000
         ),
         allrows AS (SELECT * FROM mine UNION ALL SELECT * FROM shutdown UNION ALL SELECT * FROM restarts)
         SELECT a.t_us AS at_t, a.ts_us AS host_clock_t, a.host, a.engine, i.incarnation, i.identity,
-               a.tp_rank, a.event, coalesce(l.message, '') AS message
+               a.tp_rank, a.event, coalesce(l.message, a.note, '') AS message
         FROM allrows AS a
         LEFT JOIN lines AS l ON l.line_id = a.line_id
         ASOF LEFT JOIN incarnations AS i
@@ -388,9 +421,7 @@ def request_timeline(
         [str(room)],
     )
     r = req[0]
-    return Timeline(
-        bootstrap_room=str(room), request=r, phases=phases, lines=lines, evidence=_evidence(r)
-    )
+    return Timeline(bootstrap_room=str(room), request=r, phases=phases, lines=lines, evidence=_evidence(r))
 
 
 def _fmt_t(t_us: int | None) -> str:

@@ -1,6 +1,6 @@
 """The documented tables and views are the database's: every relation, column and type, both ways.
 
-The documentation is README.md when it holds the schema section (the lead merges it there),
+The documentation is README.md when it holds the schema section,
 else docs/schema.md. Its format:
 
     ### `requests` (view)

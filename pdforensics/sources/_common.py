@@ -39,6 +39,13 @@ _LOOKS_COMPRESSED = (b"\x1f\x8b", b"x\x01", b"x^", b"x\x9c", b"x\xda", b"(\xb5/\
 
 def check_file(path: Path) -> Path:
     """A readable regular file, else SourceError naming what is wrong."""
+    try:
+        return _check_file(path)
+    except PermissionError as e:  # a folder on the way the user may not enter
+        raise SourceError(f"{path}: permission denied") from e
+
+
+def _check_file(path: Path) -> Path:
     if not path.exists():
         raise SourceError(f"{path}: no such file")
     if path.is_dir():

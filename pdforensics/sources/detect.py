@@ -41,9 +41,7 @@ def open_file_source(path: Path, host: str | None = None, unit: str | None = Non
     `host` and `unit` only apply to plain text logs; journal formats carry their own.
     """
     path = Path(path)
-    if path.is_dir():
-        raise SourceError(f"{path} is a directory (use --directory for a journal directory)")
-    check_file(path)
+    check_file(path)  # also: a directory, a pipe, no permission
     try:
         with open(path, "rb") as f:
             magic = f.read(len(JOURNAL_MAGIC))

@@ -138,12 +138,23 @@ class JournalSource:
 
     @staticmethod
     def _check_directory(d: Path) -> list[Path]:
+        try:
+            return JournalSource._check_directory_files(d)
+        except PermissionError as e:  # a folder on the way (or inside) the user may not enter
+            raise _unreadable(Path(e.filename or d)) from e
+
+    @staticmethod
+    def _check_directory_files(d: Path) -> list[Path]:
         if not d.exists():
             raise SourceError(f"{d}: no such directory")
         if not d.is_dir():
             raise SourceError(f"{d} is not a directory (use --journal-file for a .journal file)")
         if not os.access(d, os.R_OK | os.X_OK):
             raise _unreadable(d)
+        # glob skips folders it cannot enter: journal-remote's remote/ unreadable would vanish silently.
+        closed = [s for s in d.iterdir() if s.is_dir() and not os.access(s, os.R_OK | os.X_OK)]
+        if closed:
+            raise _unreadable(closed[0])
         files = journal_files(d)
         if not files:
             raise SourceError(f"{d}: no journal files (*.journal) in it or its subfolders")
@@ -157,10 +168,13 @@ class JournalSource:
 
     @staticmethod
     def _check_file(f: Path) -> None:
-        if not f.exists():
-            raise SourceError(f"{f}: no such file")
-        if f.is_dir():
-            raise SourceError(f"{f} is a directory (use --directory)")
+        try:
+            if not f.exists():
+                raise SourceError(f"{f}: no such file")
+            if f.is_dir():
+                raise SourceError(f"{f} is a directory (use --directory)")
+        except PermissionError as e:  # a folder on the way the user may not enter
+            raise _unreadable(f) from e
         if not os.access(f, os.R_OK):
             raise _unreadable(f)
 

@@ -26,15 +26,21 @@ w AS MATERIALIZED (SELECT * FROM time_window),
 --   * the decode cannot finish before the prefill sent the KV:
 --     offset <= min(decode Finish/ReqTimeStats line - prefill Finish/ReqTimeStats line).
 -- Hosts with no such pairs (routers, lone engines) keep offset 0 ('assumed').
+received_lines AS MATERIALIZED (
+    SELECT count(*) AS n FROM events WHERE event IN ('request_received', 'req_time_stats')
+),
 legs AS MATERIALIZED (
+    -- a median needs no more than ~25,000 requests: with more, a fixed sample of rooms (by room
+    -- number, so both engines' lines of a sampled room are kept)
     SELECT e.bootstrap_room AS room, e.engine, coalesce(e.host, '') AS host, e.event, e.ts_us, e.rid, e.entry_time_us
-    FROM events AS e, w
+    FROM events AS e, w, received_lines AS nr
     WHERE e.event IN ('request_received', 'request_finished', 'req_time_stats') AND e.engine IN ('prefill', 'decode')
       AND e.bootstrap_room IS NOT NULL AND e.bootstrap_room <> 0
       AND coalesce(e.bootstrap_host, '') <> '2.2.2.2'
       AND NOT (e.event = 'request_finished' AND coalesce(e.finish_type, '') = 'abort')
       -- the exact per-host window needs the offsets: take ten minutes of slack on each side here
       AND e.ts_us >= w.start_us - 600000000 AND e.ts_us <= w.end_us + 600000000
+      AND (nr.n <= 50000 OR e.bootstrap_room % (nr.n // 25000)::UBIGINT = 0)
 ),
 recv AS MATERIALIZED (
     -- arrival per room and engine: its Receive line, else its time stats' entry_time (L2)
@@ -110,6 +116,9 @@ hw AS MATERIALIZED (
     SELECT o.host, o.offset_us, clock.start_t + o.offset_us AS lo_us, clock.end_t + o.offset_us AS hi_us
     FROM offsets AS o, clock
 ),
+-- All hosts' windows at once: aggregates over every line (counts, seconds, identities) use this
+-- cheaper bound; only per-line facts use the exact per-host window (hw).
+gb AS MATERIALIZED (SELECT min(lo_us) AS lo_us, max(hi_us) AS hi_us FROM hw),
 
 -- -------------------------------------------------------------------------------- watchdog
 -- The patch prints `inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=Ns` once per
@@ -151,7 +160,7 @@ st AS MATERIALIZED (
             ELSE 'default'
         END AS timeout_source,
         armed.n AS armed_lines, armed.last_us AS armed_at_us, fired.n AS firing_lines,
-        w.grace_s, w.start_us, w.end_us, clock.start_t, clock.end_t,
+        w.grace_s, w.start_us, w.end_us, w.start_given, w.end_given, clock.start_t, clock.end_t,
         (w.suppress_interval_s * 1e6)::BIGINT AS suppress_us,
         w.storm_min_aborts, (w.storm_gap_s * 1e6)::BIGINT AS storm_gap_us
     FROM w, armed, fired, prefill_starts, clock
@@ -170,7 +179,7 @@ s AS MATERIALIZED (
 life AS MATERIALIZED (
     SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us, l.event, l.pid, l.invocation_id, l.line_id,
         l.event IN ('sigterm', 'graceful_exit', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed') AS is_stop
-    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
     WHERE l.engine IN ('prefill', 'decode')
       AND l.event IN ('server_args', 'server_ready', 'unit_started', 'sigterm', 'graceful_exit',
                       'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed')
@@ -178,7 +187,7 @@ life AS MATERIALIZED (
 ident AS (
     SELECT coalesce(l.host, '') AS host, l.engine, coalesce(l.invocation_id, l.pid::VARCHAR) AS identity,
         min(l.ts_us) AS first_us, max(l.ts_us) AS last_us
-    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
     WHERE l.engine IN ('prefill', 'decode')
       AND (l.invocation_id IS NOT NULL OR l.pid IS NOT NULL)
       AND coalesce(l.pid, 0) <> 1
@@ -207,7 +216,7 @@ by_identity AS (
 ),
 anon_lines AS (
     SELECT coalesce(l.host, '') AS host, l.engine, min(l.ts_us) AS start_us
-    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
     WHERE l.engine IN ('prefill', 'decode') AND l.invocation_id IS NULL AND l.pid IS NULL
     GROUP BY ALL
 ),
@@ -238,7 +247,7 @@ seconds AS MATERIALIZED (
     -- seconds in which each engine host logged anything: cheap to scan for ends and gaps
     SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us // 1000000 AS sec,
         min(l.ts_us) AS lo_us, max(l.ts_us) AS hi_us, count(*) AS n_lines
-    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
     WHERE l.engine IN ('prefill', 'decode')
     GROUP BY ALL
 ),
@@ -286,8 +295,10 @@ restarts AS MATERIALIZED (
     FROM inc AS i
     JOIN inc AS prev ON prev.host = i.host AND prev.engine = i.engine AND prev.incarnation = i.incarnation - 1
     UNION ALL
+    -- down from its last line: a process that keeps logging after a SIGTERM is still up
     SELECT host, engine, 'stopped', incarnation, NULL, identity, NULL,
-        stop_t, greatest(coalesce(last_t, stop_t), stop_t), NULL, 'stop line, no restart in the window'
+        greatest(coalesce(last_t, stop_t), stop_t), greatest(coalesce(last_t, stop_t), stop_t), NULL,
+        'stop line, no restart in the window'
     FROM inc WHERE next_start_us IS NULL AND stop_t IS NOT NULL
 ),
 
@@ -379,7 +390,7 @@ levels_seen AS MATERIALIZED (
             WHEN bool_or(e.event IN ('request_received', 'request_finished')) THEN 'L1'
             ELSE 'L0'
         END AS evidence_level
-    FROM events AS e JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
     WHERE e.event IN ('abort_request', 'req_time_stats', 'request_received', 'request_finished', 'prefill_stats', 'decode_stats')
     GROUP BY ALL
 ),
@@ -392,7 +403,7 @@ logged AS MATERIALIZED (
         count(*) FILTER (WHERE l.event IS NULL AND l.parse_error IS NULL AND l.cont_of IS NULL) AS n_other_lines,
         count(*) FILTER (WHERE l.cont_of IS NOT NULL) AS n_continuation,
         min(l.ts_us) AS first_us, max(l.ts_us) AS last_us
-    FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
     GROUP BY ALL
 ),
 coverage_by_engine AS MATERIALIZED (
@@ -431,7 +442,7 @@ parse_errors AS (
         format('{} recognised SGLang line(s) failed to parse ({})', count(*), string_agg(DISTINCT x.parse_error, ', ')) AS detail
     FROM (
         SELECT coalesce(l.host, '') AS host, l.engine, l.unit, l.ts_us, l.parse_error
-        FROM lines AS l JOIN hw ON hw.host = coalesce(l.host, '') AND l.ts_us >= hw.lo_us AND l.ts_us <= hw.hi_us
+        FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
         WHERE l.parse_error IS NOT NULL
     ) AS x
     LEFT JOIN offsets AS o ON o.host = x.host
@@ -445,20 +456,29 @@ down AS (
     FROM restarts AS r, s
 ),
 received AS MATERIALIZED (
-    SELECT room_legs.engine, (room_legs.ts_us - coalesce(o.offset_us, 0)) // 1000000 AS sec, count(*) AS n
-    FROM legs AS room_legs LEFT JOIN offsets AS o USING (host)
-    WHERE room_legs.event = 'request_received'
-    GROUP BY ALL
+    -- requests received per second; health checks go to one engine only, so they do not count
+    SELECT r.engine, (r.sec * 1000000 - coalesce(any_value(o.offset_us), 0)) // 1000000 AS sec, sum(r.n) AS n
+    FROM (
+        SELECT coalesce(e.host, '') AS host, e.engine, e.ts_us // 1000000 AS sec, count(*) AS n
+        FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+        WHERE e.event = 'request_received' AND e.bootstrap_room <> 0 AND coalesce(e.bootstrap_host, '') <> '2.2.2.2'
+        GROUP BY ALL
+    ) AS r
+    LEFT JOIN offsets AS o USING (host)
+    GROUP BY r.engine, r.sec, r.host
 ),
 traffic AS (
-    -- new requests per second and engine; at L0 (no request log) batches stand in for them
+    -- new requests per second and engine; at L0 (no request log) real batches stand in for them
+    -- (a health check's batch is one token)
     SELECT engine, sec, n FROM received
     UNION ALL
     SELECT e.engine, (e.ts_us - coalesce(o.offset_us, 0)) // 1000000, count(*)
     FROM events AS e
-    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
     LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
-    WHERE e.event IN ('prefill_stats', 'decode_stats') AND NOT EXISTS (SELECT 1 FROM received)
+    WHERE ((e.event = 'prefill_stats' AND coalesce(e.new_token, 2) > 1)
+        OR (e.event = 'decode_stats' AND coalesce(e.running_req, 1) > 0))
+      AND NOT EXISTS (SELECT 1 FROM received)
     GROUP BY ALL
 ),
 activity AS MATERIALIZED (
@@ -485,7 +505,8 @@ silent AS (
     CROSS JOIN s
     JOIN traffic AS t
       ON t.engine <> g.engine AND t.engine IN ('prefill', 'decode')
-     AND t.sec * 1000000 > g.from_t AND t.sec * 1000000 < g.to_t
+     -- a couple of seconds in from each end: the request that ends a silence is not inside it
+     AND t.sec * 1000000 > g.from_t + 2000000 AND (t.sec + 1) * 1000000 < g.to_t - 2000000
     WHERE g.from_t IS NOT NULL AND g.to_t - g.from_t > s.stuck_us
     GROUP BY g.host, g.engine, g.from_t, g.to_t
 ),
@@ -499,7 +520,7 @@ prefill_evidence AS MATERIALIZED (
     -- what the prefill side last showed, per host
     SELECT coalesce(e.host, '') AS host, max(e.ts_us - coalesce(o.offset_us, 0)) AS last_t
     FROM events AS e
-    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
     LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
     WHERE e.engine = 'prefill'
       AND e.event IN ('prefill_stats', 'request_received', 'request_finished', 'req_time_stats',
@@ -510,18 +531,18 @@ prefill_evidence AS MATERIALIZED (
 tp_ranks AS MATERIALIZED (
     -- how many TP ranks each prefill host has (failure and firing lines come from every rank)
     SELECT coalesce(e.host, '') AS host, count(DISTINCT e.tp_rank) AS tp_ranks
-    FROM events AS e JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
     WHERE e.engine = 'prefill' AND e.tp_rank IS NOT NULL
     GROUP BY 1
 ),
 abort_rooms AS MATERIALIZED (
     -- L3 `Abort <queue> request.` lines carry only the rid: their room is the one the same engine's
     -- Receive: line gave that rid
-    SELECT DISTINCT a.line_id, r.room
+    SELECT DISTINCT a.line_id, r.bootstrap_room AS room
     FROM events AS a
     JOIN hw ON hw.host = coalesce(a.host, '') AND a.ts_us >= hw.lo_us AND a.ts_us <= hw.hi_us
-    JOIN legs AS r ON r.engine = a.engine AND r.rid = a.rid AND r.event = 'request_received'
-    WHERE a.event = 'abort_request' AND a.bootstrap_room IS NULL
+    JOIN events AS r ON r.engine = a.engine AND r.rid = a.rid AND r.event = 'request_received'
+    WHERE a.event = 'abort_request' AND a.bootstrap_room IS NULL AND r.bootstrap_room IS NOT NULL
 ),
 holes AS MATERIALIZED (
     SELECT

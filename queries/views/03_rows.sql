@@ -14,16 +14,26 @@ JOIN o ON o.host = coalesce(e.host, '') AND e.ts_us >= o.lo_us AND e.ts_us <= o.
 -- client disconnect, decode-side abort notification), 'propagated' (another TP rank's failure,
 -- no reason of its own), 'failure' (timeouts, session/transport errors, lost connection).
 CREATE OR REPLACE VIEW room_events AS
-WITH c AS MATERIALIZED (SELECT host_offsets, abort_rooms FROM context),
+WITH c AS MATERIALIZED (SELECT host_offsets, abort_rooms, start_given, end_given, end_t FROM context),
 o AS (SELECT unnest(host_offsets, recursive := true) FROM c),
 ar AS (SELECT unnest(abort_rooms, recursive := true) FROM c),
 e AS (
-    SELECT x.* REPLACE (coalesce(x.host, '') AS host, coalesce(x.bootstrap_room, ar.room) AS bootstrap_room),
-        o.offset_us
+    SELECT x.* REPLACE (coalesce(x.host, '') AS host), o.offset_us
     FROM events AS x
     JOIN o ON o.host = coalesce(x.host, '') AND x.ts_us >= o.lo_us AND x.ts_us <= o.hi_us
-    LEFT JOIN ar ON ar.line_id = x.line_id
-    WHERE x.bootstrap_room IS NOT NULL OR ar.room IS NOT NULL
+    WHERE x.bootstrap_room IS NOT NULL
+    UNION ALL
+    SELECT x.* REPLACE (coalesce(x.host, '') AS host, ar.room AS bootstrap_room), o.offset_us
+    FROM events AS x
+    JOIN ar ON ar.line_id = x.line_id
+    JOIN o ON o.host = coalesce(x.host, '') AND x.ts_us >= o.lo_us AND x.ts_us <= o.hi_us
+    WHERE x.event = 'abort_request' AND x.bootstrap_room IS NULL
+    UNION ALL
+    -- lines with no time at all (pasted without their prefix): somewhere in the data, so placed
+    -- at its end, unless the user asked for a window
+    SELECT x.* REPLACE (coalesce(x.host, '') AS host, c.end_t AS ts_us), 0
+    FROM events AS x, c
+    WHERE x.ts_us IS NULL AND x.bootstrap_room IS NOT NULL AND NOT (c.start_given OR c.end_given)
 )
 SELECT
     e.*,

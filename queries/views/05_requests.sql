@@ -18,6 +18,31 @@
 --   `Decode transfer failed ...` (not handshake)        decode had finished its handshake, so the prefill
 --                                                       was past bootstrap; if the prefill never reports
 --                                                       the room again, it is still held there (pinned)
+-- Where each request ended on each side, and who may still hold it (one row per request).
+CREATE OR REPLACE VIEW room_state AS
+SELECT
+    f.*,
+    -- the prefill released it: its Finish, time stats, a failure line, or the watchdog
+    least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) AS p_end,
+    least(f.d_done, f.d_stats_at, f.d_hs_failed, f.d_xfer_failed, f.d_finish_abort) AS d_end,
+    (f.d_done IS NOT NULL OR f.d_stats_at IS NOT NULL) AS d_completed,
+    f.p_any_abort OR f.d_any_abort AS any_abort,
+    -- a non-abort failure; a rank that only propagated another rank's failure counts only when
+    -- no rank gave an abort as the reason
+    f.p_any_failure OR f.d_any_failure
+        OR ((f.p_any_propagated OR f.d_any_propagated) AND NOT (f.p_any_abort OR f.d_any_abort)) AS any_failure,
+    (f.p_first IS NULL) <> (f.d_first IS NULL) AS one_sided,
+    -- Prefill may still hold it: no prefill terminal line, decode did not complete it, and either
+    -- the prefill saw it or `Decode transfer failed` says the prefill side was past bootstrap.
+    (least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) IS NULL
+        AND f.d_done IS NULL AND f.d_stats_at IS NULL
+        AND (f.p_first IS NOT NULL OR f.d_xfer_failed IS NOT NULL)) AS prefill_may_hold,
+    coalesce(f.p_recv, f.p_first, f.d_xfer_failed) AS open_start,
+    -- decode holds it once the prefill sent its KV (or when the prefill never saw it)
+    (f.p_done IS NOT NULL OR f.p_stats_at IS NOT NULL OR f.p_first IS NULL) AS decode_side_only,
+    coalesce(f.d_first, f.p_done, f.p_stats_at) AS decode_from
+FROM room_facts AS f;
+
 CREATE OR REPLACE VIEW requests AS
 WITH
 c AS MATERIALIZED (SELECT * FROM context),
@@ -26,32 +51,6 @@ holes AS MATERIALIZED (SELECT unnest(holes, recursive := true) FROM c),
 gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
 prefill_hosts AS MATERIALIZED (SELECT unnest(prefill_hosts) AS host FROM c),
 ig AS MATERIALIZED (SELECT host, t_us, queue_req FROM inflight_gauge),
-
--- Where each request ended on each side, and who may still hold it.
-rs AS MATERIALIZED (
-    SELECT
-        f.*,
-        -- the prefill released it: its Finish, time stats, a failure line, or the watchdog
-        least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) AS p_end,
-        least(f.d_done, f.d_stats_at, f.d_hs_failed, f.d_xfer_failed, f.d_finish_abort) AS d_end,
-        (f.d_done IS NOT NULL OR f.d_stats_at IS NOT NULL) AS d_completed,
-        f.p_any_abort OR f.d_any_abort AS any_abort,
-        -- a non-abort failure; a rank that only propagated another rank's failure counts only when
-        -- no rank gave an abort as the reason
-        f.p_any_failure OR f.d_any_failure
-            OR ((f.p_any_propagated OR f.d_any_propagated) AND NOT (f.p_any_abort OR f.d_any_abort)) AS any_failure,
-        (f.p_first IS NULL) <> (f.d_first IS NULL) AS one_sided,
-        -- Prefill may still hold it: no prefill terminal line, decode did not complete it, and either
-        -- the prefill saw it or `Decode transfer failed` says the prefill side was past bootstrap.
-        (least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) IS NULL
-            AND f.d_done IS NULL AND f.d_stats_at IS NULL
-            AND (f.p_first IS NOT NULL OR f.d_xfer_failed IS NOT NULL)) AS prefill_may_hold,
-        coalesce(f.p_recv, f.p_first, f.d_xfer_failed) AS open_start,
-        -- decode holds it once the prefill sent its KV (or when the prefill never saw it)
-        (f.p_done IS NOT NULL OR f.p_stats_at IS NOT NULL OR f.p_first IS NULL) AS decode_side_only,
-        coalesce(f.d_first, f.p_done, f.p_stats_at) AS decode_from
-    FROM room_facts AS f
-),
 
 -- Requests the prefill may still hold, judged against the timeout.
 --   pin_start: from when it was surely past the prefill's waiting queue and still held:
@@ -68,14 +67,15 @@ rs AS MATERIALIZED (
 --     hidden         a hole on its prefill (suppression, parse failure, silence) overlaps
 --                    [pin_start, deadline] and no gauge sample a full timeout+grace later: its end
 --                    may be in the hole (undecided)
---     no_prefill     no prefill line at all in the window (undecided)
+--     no_prefill     no prefill line in the window, or several prefill hosts and no line naming
+--                    it says which one holds it (undecided)
 --     pinned         held past the deadline with nothing hiding its end: a silent pin
 held_by_prefill AS MATERIALIZED (
     SELECT r.bootstrap_room, r.p_recv, r.open_start,
         -- at L0 the room may not name its prefill: with one prefill host it can only be that one
         coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1 THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
         (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts
-    FROM rs AS r
+    FROM room_state AS r
     WHERE r.prefill_may_hold
 ),
 sampled AS (
@@ -123,9 +123,11 @@ hidden_by AS (
     GROUP BY t.bootstrap_room
 ),
 po AS MATERIALIZED (
-    SELECT t.*, t.pin_start + t.stuck_us AS deadline, hb.hole_to_t, hb.hole_ids,
+    SELECT t.bootstrap_room, t.host AS p_host_eff, t.pin_start, t.pin_start + t.stuck_us AS deadline, t.obs_end,
+        t.gone_t AS p_gone_t, hb.hole_ids,
         CASE
-            WHEN t.n_prefill_hosts = 0 THEN 'no_prefill'
+            -- no prefill line in the window, or several prefill hosts and no line says which holds it
+            WHEN t.n_prefill_hosts = 0 OR t.host IS NULL THEN 'no_prefill'
             WHEN t.pin_start IS NOT NULL AND t.gone_t IS NOT NULL AND t.pin_start + t.stuck_us > t.gone_t THEN 'gone'
             WHEN t.pin_start IS NULL AND t.gone_t IS NOT NULL AND t.open_start + t.stuck_us > t.gone_t THEN 'gone'
             -- a second of margin: the batch that scheduled it is excluded from its own sample's floor
@@ -139,45 +141,43 @@ po AS MATERIALIZED (
     FROM timed AS t
     LEFT JOIN hidden_by AS hb USING (bootstrap_room)
 ),
-
-base AS MATERIALIZED (
-    SELECT r.*, o.status, o.pin_start, o.deadline, o.obs_end, o.gone_t AS p_gone_t, o.hole_ids, o.host AS p_host_eff
-    FROM rs AS r LEFT JOIN po AS o USING (bootstrap_room)
-),
-decode_gone AS (
+decode_gone AS MATERIALIZED (
     -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
-    SELECT b.bootstrap_room, min(x.gone_t) AS gone_t
-    FROM base AS b JOIN restarts AS x
+    SELECT b.bootstrap_room, min(x.gone_t) AS d_gone_t
+    FROM room_state AS b JOIN restarts AS x
       ON x.engine = 'decode' AND x.host = coalesce(b.d_host, x.host) AND x.gone_t >= b.decode_from
     WHERE NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
       AND (b.d_first IS NOT NULL OR (SELECT decode_logged FROM c))
     GROUP BY b.bootstrap_room
 ),
-lived AS MATERIALIZED (
-    SELECT b.*, dg.gone_t AS d_gone_t,
+-- Who holds it at the window end, and its life on the reference clock (a narrow pass).
+held AS (
+    SELECT b.bootstrap_room, b.p_host, b.d_host, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t,
         CASE
-            WHEN b.prefill_may_hold AND b.status NOT IN ('gone', 'released') THEN 'prefill'
+            WHEN b.prefill_may_hold AND o.status NOT IN ('gone', 'released') THEN 'prefill'
             WHEN NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
-                 AND (b.d_first IS NOT NULL OR c.decode_logged) AND dg.gone_t IS NULL THEN 'decode'
+                 AND (b.d_first IS NOT NULL OR c.decode_logged) AND dg.d_gone_t IS NULL THEN 'decode'
         END AS holder_at_end,
-        least(coalesce(b.obs_end, c.end_t), coalesce(dg.gone_t, c.end_t)) AS open_until,
-        least(b.p_first, b.d_first) AS life_start
-    FROM base AS b
+        least(coalesce(o.obs_end, c.end_t), coalesce(dg.d_gone_t, c.end_t)) AS open_until,
+        least(b.p_first, b.d_first) AS life_start,
+        b.p_last, b.d_last
+    FROM room_state AS b
     CROSS JOIN c
+    LEFT JOIN po AS o USING (bootstrap_room)
     LEFT JOIN decode_gone AS dg USING (bootstrap_room)
 ),
-spans AS MATERIALIZED (
-    SELECT l.*,
-        CASE WHEN l.holder_at_end IS NOT NULL OR l.status IN ('pinned', 'hidden', 'waiting_queue', 'young')
-             THEN l.open_until
-             ELSE greatest(l.p_last, l.d_last, l.p_gone_t, l.d_gone_t) END AS life_end
-    FROM lived AS l
+lived AS MATERIALIZED (
+    SELECT bootstrap_room, p_host, p_host_eff, d_host, status, p_gone_t, d_gone_t, holder_at_end, open_until, life_start,
+        CASE WHEN holder_at_end IS NOT NULL OR status IN ('pinned', 'hidden', 'waiting_queue', 'young')
+             THEN open_until
+             ELSE greatest(p_last, d_last, p_gone_t, d_gone_t) END AS life_end
+    FROM held
 ),
 across AS (
     -- a restart of an engine that was not holding it, within its life; the holder's own restart
     -- makes it lost instead
     SELECT l.bootstrap_room
-    FROM spans AS l
+    FROM lived AS l
     JOIN restarts AS x
       ON x.engine <> coalesce(l.holder_at_end, '')
      AND ((x.engine = 'prefill' AND x.host = coalesce(l.p_host, l.p_host_eff, x.host))
@@ -188,28 +188,31 @@ across AS (
     GROUP BY l.bootstrap_room
 ),
 classed AS (
-    SELECT l.*,
+    SELECT r.*, l.status, l.p_gone_t, l.d_gone_t, l.holder_at_end, l.open_until, l.life_start, l.life_end,
+        l.p_host_eff, o.pin_start, o.deadline, o.hole_ids,
         a.bootstrap_room IS NOT NULL AS across_restart,
         CASE
-            WHEN l.wd_at IS NOT NULL OR l.wd_reason_at IS NOT NULL THEN 'watchdog_fired'
+            WHEN r.wd_at IS NOT NULL OR r.wd_reason_at IS NOT NULL THEN 'watchdog_fired'
             -- 'hidden': it looks pinned, but a hole may hide its end; the verdict treats it as undecided
             WHEN l.status IN ('pinned', 'hidden') THEN 'silent_pin'
-            WHEN l.any_failure THEN 'transfer_failed'
-            WHEN l.any_abort THEN 'aborted'
+            WHEN r.any_failure THEN 'transfer_failed'
+            WHEN r.any_abort THEN 'aborted'
             WHEN l.status IN ('gone', 'released') OR l.d_gone_t IS NOT NULL THEN 'lost'
             -- without any decode line in the window, the prefill's own Finish is all there is to see
-            WHEN l.d_completed
-                 OR (NOT (SELECT decode_logged FROM c) AND (l.p_done IS NOT NULL OR l.p_stats_at IS NOT NULL)) THEN 'completed'
+            WHEN r.d_completed
+                 OR (NOT (SELECT decode_logged FROM c) AND (r.p_done IS NOT NULL OR r.p_stats_at IS NOT NULL)) THEN 'completed'
             ELSE 'in_flight'
         END AS class,
         -- the prefill's own lines say where the abort hit; only when it never reported the room
         -- again does the decode's `Decode transfer failed` (past handshake) make it a race
-        coalesce(l.p_xfer_abort, false)
-            OR coalesce(l.p_abort_queue ILIKE '%inflight%', false)
-            OR coalesce(l.p_finish_reason ILIKE 'Prefill transfer failed%abort%', false)
-            OR (coalesce(l.d_xfer_abort, false) AND l.p_end IS NULL)
+        coalesce(r.p_xfer_abort, false)
+            OR coalesce(r.p_abort_queue ILIKE '%inflight%', false)
+            OR coalesce(r.p_finish_reason ILIKE 'Prefill transfer failed%abort%', false)
+            OR (coalesce(r.d_xfer_abort, false) AND r.p_end IS NULL)
             AS abort_race
-    FROM spans AS l
+    FROM room_state AS r
+    JOIN lived AS l USING (bootstrap_room)
+    LEFT JOIN po AS o USING (bootstrap_room)
     LEFT JOIN across AS a USING (bootstrap_room)
 )
 SELECT
@@ -228,7 +231,8 @@ SELECT
     -- dwell: time held by the prefill, measured as well as the evidence allows (dwell_basis)
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN wd_dwell_s
-        WHEN p_inflight_entry IS NOT NULL THEN (coalesce(p_end, open_until) - p_inflight_entry) / 1e6
+        -- the line's own time may be truncated to the second (plain files): never below 0
+        WHEN p_inflight_entry IS NOT NULL THEN greatest(coalesce(p_end, open_until) - p_inflight_entry, 0) / 1e6
         WHEN p_recv IS NOT NULL THEN (coalesce(p_end, open_until) - p_recv) / 1e6
         WHEN prefill_may_hold AND pin_start IS NOT NULL THEN (open_until - pin_start) / 1e6
     END AS dwell_s,
@@ -244,7 +248,7 @@ SELECT
     CASE status
         WHEN 'hidden' THEN 'a hole on its prefill overlaps its watchdog deadline'
         WHEN 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
-        WHEN 'no_prefill' THEN 'no prefill line in the window'
+        WHEN 'no_prefill' THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
     END AS undecided_reason,
     CASE
         WHEN class <> 'lost' THEN NULL

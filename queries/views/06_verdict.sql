@@ -265,8 +265,11 @@ reasons AS MATERIALIZED (
     SELECT 31, 'undecided', 'no prefill line in the window: the prefill inflight queue is not observed'
     FROM c WHERE len(c.prefill_hosts) = 0
     UNION ALL
-    SELECT 32, 'undecided', format('room {}: {}', room, undecided_reason)
-    FROM rq WHERE prefill_status = 'waiting_queue'
+    SELECT 32, 'undecided',
+        format('{} request(s) undecided: {} ({})', count(*), any_value(undecided_reason),
+            array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END)
+    FROM rq WHERE prefill_status IN ('waiting_queue', 'no_prefill')
+    GROUP BY prefill_status
     UNION ALL
     SELECT 33, 'undecided',
         format('{}: the #inflight-req floor was {} at the last batch line ({}) and the timeout has since passed, but no later batch line shows whether it drained',
