@@ -1,10 +1,12 @@
 """How fast is `verdict` on a database of N requests? (default 1,000,000)
 
-    python bench/verdict_1m.py [--requests 1000000] [--db /tmp/verdict-1m.duckdb] [--keep]
+    python bench/verdict_1m.py [--requests 1000000] [--db /tmp/verdict-1m.duckdb] [--keep] [--steps]
 
 Writes N requests' events straight into a fresh pdforensics database with SQL (no simulator, no
 parser: only `lines`/`events` as docs/internals.md defines them), installs the views, then times
-`verdict.compute_verdict` on a read-only connection, the way `pdforensics verdict` runs it.
+`verdict.compute_verdict` on a read-only connection, the way `pdforensics verdict` runs it, with
+its wall time, CPU time (all DuckDB threads) and the process's peak RSS. `--steps` first times each
+view `verdict.materialised` computes (the heavy steps), one after the other.
 
 The traffic: one prefill host and one decode host (the decode clock 1.5 s ahead), --log-requests
 (Receive:/Finish: on both engines), a `Prefill batch` line per 10 requests and a `Decode batch`
@@ -17,6 +19,8 @@ last few hundred are still in flight at the window end; the rest complete.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import time
 from pathlib import Path
 
@@ -133,11 +137,31 @@ def build(path: Path, n: int) -> None:
         con.close()
 
 
+def steps(con) -> None:  # type: ignore[no-untyped-def]
+    """Each view `verdict.materialised` shadows, computed in its order (each reads the ones before)."""
+    verdict.ensure_views(con)
+    verdict.apply_options(con, verdict.VerdictOptions())
+    catalog = con.execute("SELECT current_database()").fetchall()[0][0]
+    made = []
+    try:
+        for name in verdict._MATERIALISE:
+            t, cpu = time.perf_counter(), time.process_time()
+            con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{catalog}".main."{name}"')
+            made.append(name)
+            print(
+                f"  {name:<16} {time.perf_counter() - t:6.2f} s wall {time.process_time() - cpu:6.2f} s CPU"
+            )
+    finally:
+        for name in reversed(made):
+            con.execute(f'DROP TABLE temp.main."{name}"')
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--db", type=Path, default=Path("/tmp/verdict-1m.duckdb"))
     ap.add_argument("--keep", action="store_true", help="reuse an existing database")
+    ap.add_argument("--steps", action="store_true", help="time each materialised view first")
     args = ap.parse_args(argv)
     if not (args.keep and args.db.exists()):
         t = time.perf_counter()
@@ -146,12 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     con = store.open_db(args.db, read_only=True)
     try:
         n_events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        if args.steps:
+            steps(con)
         for run in range(3):
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             v = verdict.compute_verdict(con, verdict.VerdictOptions())
-            took = time.perf_counter() - t
+            took, cpu = time.perf_counter() - t, time.process_time() - cpu
             print(f"run {run + 1}: verdict {v.verdict} over {v.counts['requests']:,} requests / {n_events:,} events "
-                  f"in {took:.2f} s ({len(v.requests):,} not completed)")  # fmt: skip
+                  f"in {took:.2f} s wall, {cpu:.2f} s CPU ({len(v.requests):,} not completed; "
+                  f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
+        print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
     finally:
         con.close()
     return 0

@@ -31,8 +31,6 @@ from pdforensics.sources.export import ExportFileSource
 from pdforensics.sources.jsonlines import JsonLinesSource
 from pdforensics.sources.plain import PlainFileSource
 
-_common.READ_AHEAD = 0  # read in the caller's thread: one input at a time, exceptions where they happen
-
 ALL = Selection(units=("*",))
 CHUNKS = (1, 7, 64, 4096, 1 << 16)
 READERS = ("detect", "export", "json", "plain", "gzip", "gzip-cut")
@@ -77,6 +75,15 @@ def _lines(data: bytes) -> list[bytes]:
 
 def check_reader(reader: str, chunk: int, content: bytes, folder: Path) -> None:
     """Read `content` with `reader` at `chunk` bytes per read and assert the contract (see module doc)."""
+    # Read in the caller's thread: exceptions surface where they happen, no thread per input.
+    saved, _common.READ_AHEAD = _common.READ_AHEAD, 0
+    try:
+        _check_reader(reader, chunk, content, folder)
+    finally:
+        _common.READ_AHEAD = saved
+
+
+def _check_reader(reader: str, chunk: int, content: bytes, folder: Path) -> None:
     path = folder / "input"
     if reader == "gzip":
         path.write_bytes(gzip.compress(content, 1))
@@ -88,7 +95,7 @@ def check_reader(reader: str, chunk: int, content: bytes, folder: Path) -> None:
     got = _read(lambda: _make(reader, path, chunk))
     if got is None:
         return
-    (batch, kind), text = got, content
+    batch, kind = got
     recs, rejects = batch.records, batch.rejects
     assert batch.skipped == 0, "nothing is outside a select-all selection"
     assert recs.select("source_key", "seq").is_unique().all(), "two records share (source_key, seq)"
@@ -96,17 +103,25 @@ def check_reader(reader: str, chunk: int, content: bytes, folder: Path) -> None:
         for col in ("source_key", "seq", "ts_us"):
             assert recs[col].null_count() == 0, f"a journal record without {col}"
     if reader == "gzip-cut":
-        # Everything before the cut comes back, and the cut is reported, not silently dropped.
+        # The cut is reported, not silently dropped, and every line before it comes back as it
+        # does from the whole file (the last one read may itself be cut).
         assert rejects["reason"].str.contains("compressed").any(), rejects
+        if kind == "plain" and recs.height > 1:
+            full = folder / "full"
+            full.write_bytes(gzip.compress(content, 1))
+            whole = _read(lambda: _make("gzip", full, chunk))
+            assert whole is not None
+            kept = recs["message"].to_list()[:-1]
+            assert whole[0].records["message"].to_list()[: len(kept)] == kept
         return
     if content.startswith(_common.GZIP_MAGIC):
         return  # the readers see what it decompresses to, not these bytes: nothing to count against
     if kind == "plain":
-        n = len(_lines(text))
+        n = len(_lines(content))
         assert recs.height + rejects.height == n, (recs.height, rejects.height, n)
     if kind == "json":
         rejected_lines = rejects.filter(pl.col("position").str.starts_with("line ")).height
-        lines = _lines(text.removeprefix(b"\xef\xbb\xbf"))  # a BOM is not part of the first line
+        lines = _lines(content.removeprefix(b"\xef\xbb\xbf"))  # a BOM is not part of the first line
         blank = sum(1 for line in lines if not line.decode("utf-8", "replace").strip())
         assert recs.height + rejected_lines == len(lines) - blank, (
             recs.height,

@@ -262,12 +262,25 @@ INTERRUPTED = "interrupted; every batch committed so far is kept, rerun to conti
 
 
 def _is_interrupt(exc: BaseException) -> bool:
-    """Ctrl-C seen inside a DuckDB call arrives as duckdb.InterruptException ("Query interrupted")."""
+    """Ctrl-C seen inside a DuckDB call arrives as duckdb.InterruptException or RuntimeError("Query interrupted")."""
     duckdb = sys.modules.get("duckdb")  # never imported here: --help must stay instant
-    return duckdb is not None and isinstance(exc, duckdb.InterruptException)
+    if duckdb is not None and isinstance(exc, duckdb.InterruptException):
+        return True
+    text = str(exc).strip()
+    return text.endswith(("Query interrupted", "KeyboardInterrupt", "KeyboardInterrupt:"))
+
+
+def _quiet_unraisable(info: sys.UnraisableHookArgs) -> None:
+    # Ctrl-C landing while a reader thread's generator is closed is reported by Python as
+    # "Exception ignored in ..." with a traceback; the interruption itself is reported once, below.
+    if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(info)
 
 
 def main() -> None:
+    if not os.environ.get("PDFORENSICS_DEBUG"):
+        sys.unraisablehook = _quiet_unraisable
     try:
         app()
     except PdfError as exc:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from pdforensics import store
 from pdforensics.catalog import Catalog
 from pdforensics.errors import DatabaseError
 from pdforensics.parse import Parsed, ParseOptions, StreamCarry, parse_records
-from pdforensics.sources import RecordBatch, Selection, Source, Window
+from pdforensics.sources import FILE_MARK, RecordBatch, Selection, Source, Window
+from pdforensics.sources.journal import JournalSource
+from pdforensics.sources.plain import PlainFileSource
 
 
 @dataclass
@@ -51,9 +54,106 @@ class IngestSummary:
         return self.records / self.elapsed_s if self.elapsed_s else 0.0
 
 
+# Records per store transaction: one DuckDB row group (122,880 rows). A transaction of at least a
+# row group is written straight to the database file; a smaller one goes through the WAL and is
+# written again at checkpoint (measured: 30k-row batches cost 2x the store CPU of 122,880-row ones).
+BATCH_SIZE = 122_880
+# DuckDB's buffer pool otherwise keeps every block the ingest wrote (up to 80 % of RAM: 3.5 GB at
+# 10M lines); written blocks can be evicted, so a small pool costs no re-reading.
+INGEST_MEMORY_LIMIT = "500MB"
+
+
 def _batches(sources: list[Source], selection: Selection, batch_size: int) -> Iterator[RecordBatch]:
-    for src in sources:
-        yield from src.batches(selection, batch_size)
+    def read() -> Iterator[RecordBatch]:
+        for src in sources:
+            yield from src.batches(selection, batch_size)
+
+    return coalesce(read(), batch_size)
+
+
+def coalesce(batches: Iterable[RecordBatch], size: int) -> Iterator[RecordBatch]:
+    """Merge consecutive batches into batches of exactly `size` records (the last may be smaller).
+
+    Readers cut their input where it suits them (a 16 MiB chunk of a plain file is ~30,000 lines,
+    a python-systemd block 16,384 entries); the store wants row-group-sized transactions. Order is
+    kept, so a killed ingest still leaves a prefix of whole batches. Counts and rejects go out with
+    the first output batch that holds any of their reader batch; marks with the one holding its end.
+    """
+    size = max(size, 1)
+    pending: list[RecordBatch] = []
+    held = 0
+    for batch in batches:
+        pending.append(batch)
+        held += batch.records.height
+        while held >= size:
+            # Until the last batch arrived fewer than `size` records were held: the cut is in it.
+            last = pending[-1]
+            merged = _merge(pending)
+            rest = merged.records.slice(size)
+            out = RecordBatch(
+                merged.records.head(size), merged.rejects, merged.skipped, merged.null_messages,
+                merged.known_unread, merged.known_before,
+                _merge_marks(pending[:-1]) if rest.height else merged.marks,
+            )  # fmt: skip
+            pending = [RecordBatch(rest, marks=last.marks)] if rest.height else []
+            held = rest.height
+            yield out
+    if pending:
+        merged = _merge(pending)
+        if merged.counted():
+            yield merged
+
+
+def _merge_marks(batches: list[RecordBatch]) -> dict[str, tuple[int, str]]:
+    marks: dict[str, tuple[int, str]] = {}
+    for b in batches:
+        marks.update(b.marks)
+    return marks
+
+
+def _merge(batches: list[RecordBatch]) -> RecordBatch:
+    if len(batches) == 1:
+        return batches[0]
+    return RecordBatch(
+        records=pl.concat([b.records for b in batches], rechunk=False),
+        rejects=pl.concat([b.rejects for b in batches]),
+        skipped=sum(b.skipped for b in batches),
+        null_messages=sum(b.null_messages for b in batches),
+        known_unread=sum(b.known_unread for b in batches),
+        known_before=next((b.known_before for b in batches if b.known_before), None),
+        marks=_merge_marks(batches),
+    )
+
+
+def _plan_resume(con: duckdb.DuckDBPyConnection, src: Source, selection: Selection) -> None:
+    """Skip what the database's resume marks say is stored.
+
+    Plain file: one of the size it had when an ingest read it to its end is not read at all; a
+    grown one is read from a little before its mark (the stored lines there are parse context for
+    the new ones, see _Context). Journal files: read from a little before the last entry the same
+    selection stored (JournalSource.mark_key says when that is sound).
+    """
+    if isinstance(src, JournalSource):
+        key = src.mark_key(selection)
+        mark = store.get_mark(con, key) if key else None
+        src.resume(mark[1] if mark else None, CONTEXT_RECORDS)
+        return
+    if not isinstance(src, PlainFileSource):
+        return
+    src.resume(0, 0)
+    mark = store.get_mark(con, FILE_MARK + src.key)
+    if mark is None:
+        return
+    upto, detail = mark
+    eof_size = None if detail == "-" else int(detail)
+    size = src.raw_size()
+    if eof_size is not None and eof_size == size:
+        src.resume(None, store.stored_count(con, src.key))
+    elif src.compressed or size >= upto:
+        # A gzip file's raw size says nothing of its stream's length: it may resume past the end.
+        start, unread = store.resume_point(con, src.key, upto, CONTEXT_RECORDS)
+        src.resume(start, unread)
+    # Else the file shrank (rewritten, same head): read it whole.
 
 
 def ingest(
@@ -62,7 +162,7 @@ def ingest(
     selection: Selection,
     catalog: Catalog,
     tz: str | None = None,
-    batch_size: int = 100_000,
+    batch_size: int = BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
     views: bool = True,
@@ -73,10 +173,11 @@ def ingest(
     started = time.perf_counter()
     try:
         return _ingest(con, db, sources, selection, catalog, tz, batch_size, progress, views, started)
-    except duckdb.InterruptException:
-        raise KeyboardInterrupt from None  # Ctrl-C inside a DuckDB call: an interruption, not a DB fault
-    except (duckdb.IOException, duckdb.FatalException, duckdb.OutOfMemoryException,
-            duckdb.TransactionException) as exc:  # fmt: skip
+    except (duckdb.Error, RuntimeError) as exc:
+        if interrupted(exc):  # Ctrl-C inside a DuckDB call: an interruption, not a database fault
+            raise KeyboardInterrupt from None
+        if not isinstance(exc, _WRITE_FAILED):
+            raise
         # Disk full ("Failed to commit: Could not write file"), I/O error: one line for the user;
         # every committed batch stays.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -86,6 +187,26 @@ def ingest(
     finally:
         if own:
             con.close()
+
+
+_WRITE_FAILED = (
+    duckdb.IOException,
+    duckdb.FatalException,
+    duckdb.OutOfMemoryException,
+    duckdb.TransactionException,
+)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Ctrl-C seen inside DuckDB: InterruptException, RuntimeError("Query interrupted"), or a scan of
+    a registered frame that "failed: KeyboardInterrupt"."""
+    text = str(exc).strip()
+    return (
+        isinstance(exc, duckdb.InterruptException)
+        or text.endswith("Query interrupted")
+        or text.endswith("KeyboardInterrupt:")
+        or text.endswith("KeyboardInterrupt")
+    )
 
 
 def _ingest(
@@ -112,13 +233,16 @@ def _ingest(
     next_id = store.next_line_id(con)
     status = "interrupted"
     try:
-        # Sources read ahead on their own thread; parsing here overlaps with it.
-        for batch in _batches(sources, selection, batch_size):
-            next_id = _store_one(
-                con, ingest_id, batch, selection.window, opts, carry, next_id, summary, context
-            )
-            if progress:
-                progress(batch.records.height + batch.skipped + batch.rejects.height)
+        for src in sources:
+            _plan_resume(con, src, selection)
+        with store.memory_limit(con, INGEST_MEMORY_LIMIT):
+            # Sources read ahead on their own thread; parsing here overlaps with it.
+            for batch in _batches(sources, selection, batch_size):
+                next_id = _store_one(
+                    con, ingest_id, batch, selection.window, opts, carry, next_id, summary, context
+                )
+                if progress:
+                    progress(batch.records.height + batch.skipped + batch.rejects.height)
         status = "complete"
     finally:
         summary.readers = sorted({s.reader for s in sources})
@@ -127,8 +251,13 @@ def _ingest(
         except duckdb.Error:
             if status == "complete":
                 raise
-            # Already failing (e.g. disk full): keep that error; the run stays 'running' and
+            # Already failing: keep that error. After a rollback of whatever the failure left open,
+            # record the run as interrupted; if even that fails (disk full) it stays 'running' and
             # the next ingest marks it interrupted.
+            with suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            with suppress(duckdb.Error):
+                store.finish_ingest(con, ingest_id, status, ",".join(summary.readers))
     summary.elapsed_s = time.perf_counter() - started
     views_started = time.perf_counter()
     if views:
@@ -191,16 +320,17 @@ def _store_one(
             carry.last_head.clear()
         parsed = parse_records(todo, opts, line_id_base=next_id, carry=carry)
     parsed, outside = _inside_window(parsed, window)
+    unread = batch.known_unread + (store.count_before(con, *batch.known_before) if batch.known_before else 0)
     counts = {
-        "records": batch.records.height,
+        "records": batch.records.height + unread,
         "stored": parsed.lines.height,
-        "duplicates": batch.records.height - fresh,
+        "duplicates": batch.records.height - fresh + unread,
         "skipped": batch.skipped + outside,
         "rejected": batch.rejects.height,
         "unrecognised": parsed.lines["event"].null_count(),
         "parse_errors": parsed.lines.height - parsed.lines["parse_error"].null_count(),
     }
-    store.store_batch(con, ingest_id, parsed.lines, parsed.events, batch.rejects, counts)
+    store.store_batch(con, ingest_id, parsed.lines, parsed.events, batch.rejects, counts, batch.marks)
     for key, value in counts.items():
         setattr(summary, key, getattr(summary, key) + value)
     summary.null_messages += batch.null_messages

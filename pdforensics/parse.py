@@ -95,6 +95,13 @@ class StreamCarry:
     last_ts: dict[str, int] = field(default_factory=dict)  # source_key -> last known ts_us
     last_head: dict[str, int] = field(default_factory=dict)  # stream key -> line_id of last head
     host_offsets_us: dict[str, int] = field(default_factory=dict)  # host -> local minus UTC
+    # stream key -> whether its last prefixed/recognised line ended with ':' and so opened a block
+    # of loose lines (read only for streams still in last_head: clearing that ends the block too)
+    open_block: dict[str, bool] = field(default_factory=dict)
+    # host/unit key of a unit not named prefill/decode -> the (prefill, decode) lines it has shown
+    # so far, and the last of them: its engine is the running majority (see _engine)
+    unit_votes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    unit_last: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- prefix pass
@@ -265,7 +272,12 @@ def _zone_convert(naive_us: pl.Expr, zone: str) -> pl.Expr:
 
 
 def _best_time(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
-    """ts_us = journal time, else own prefix, else inherited from the previous line of the file."""
+    """ts_us = journal time, else own prefix, else inherited from the previous line of the file.
+
+    Only ever from an earlier line (this batch's or, via the carry, an earlier batch's): lines
+    before a file's first time stay without one (`none`). Filling them from a later line would
+    make their time depend on whether that line happened to be in the same batch.
+    """
     df = df.with_columns(
         pl.when(pl.col("ts_us").is_not_null())
         .then(pl.lit("journal"))
@@ -280,7 +292,6 @@ def _best_time(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
         filled = (
             pl.coalesce(pl.col("ts_us"), pl.when(pl.col("_first_of_key")).then(seed))
             .forward_fill()
-            .backward_fill()
             .over("source_key")
         )
         df = (
@@ -440,7 +451,9 @@ def _match_and_extract(df: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame
         .group_by("_row")
         .agg(pl.col("entry_idx").min().alias("error_idx"))
     )
-    df = df.join(hits.select("_row", "entry_idx"), on="_row", how="left").join(errors, on="_row", how="left")
+    # Row order is what the passes after this read (forward fills, running counts): keep it.
+    df = df.join(hits.select("_row", "entry_idx"), on="_row", how="left", maintain_order="left")
+    df = df.join(errors, on="_row", how="left", maintain_order="left")
     return df, hits.drop("entry_idx")
 
 
@@ -495,20 +508,65 @@ def _extract_entry(won: pl.DataFrame, entry: Entry, captured: pl.DataFrame) -> p
 # ----------------------------------------------------------- line structure
 
 
-def _engine(df: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
+def _engine(df: pl.DataFrame, catalog: Catalog, carry: StreamCarry) -> pl.DataFrame:
+    """engine = from the unit (or identifier) name, else what the unit's lines so far imply, else
+    the line's own catalog entry's, else `other`.
+
+    A unit named neither prefill nor decode takes the majority of the engines its recognised
+    lines imply, counted up to and including this line (a tie: the latest of them), with the
+    counts carried from batch to batch. Counting only earlier lines keeps a line's engine
+    independent of where the batch ends; the cost is that a unit's lines before its first
+    prefill/decode line stay `other` (or their entry's engine).
+    """
     name = pl.coalesce(pl.col("unit"), pl.col("syslog_identifier"), pl.col("source"))
+    # Names repeat on nearly every line: match the regexes once per distinct name.
+    names = df.select(name.alias("_name")).unique()
     by_name = pl.lit(None, pl.String)
     for engine, regex in reversed(ENGINE_FROM_NAME):
-        by_name = pl.when(name.str.contains(regex)).then(pl.lit(engine)).otherwise(by_name)
+        by_name = pl.when(pl.col("_name").str.contains(regex)).then(pl.lit(engine)).otherwise(by_name)
+    named = dict(names.select("_name", by_name.alias("e")).drop_nulls("e").iter_rows())
     entry_engine = pl.col("entry_idx").replace_strict(
         {i: e.engine for i, e in enumerate(catalog.entries)}, default=None, return_dtype=pl.String
     )
-    # A unit named neither prefill nor decode takes the engine its own lines imply.
-    implied = entry_engine.filter(entry_engine.is_in(["prefill", "decode"])).mode().first()
-    per_unit = implied.over("host", "unit")
-    return df.with_columns(
-        pl.coalesce(by_name, per_unit, entry_engine, pl.lit("other")).alias("engine"),
+    df = df.with_columns(
+        name.replace_strict(named, default=None, return_dtype=pl.String).alias("_by_name"),
+        entry_engine.alias("_entry_engine"),
     )
+    implied = pl.lit(None, pl.String)
+    if df["_by_name"].null_count():
+        implied_by_unit = _implied_engines(df.filter(pl.col("_by_name").is_null()), carry)
+        df = df.join(implied_by_unit, on="_row", how="left", maintain_order="left")
+        implied = pl.col("_implied")
+    return df.with_columns(
+        pl.coalesce("_by_name", implied, "_entry_engine", pl.lit("other")).alias("engine"),
+    ).drop("_by_name", "_entry_engine", "_implied", strict=False)
+
+
+def _implied_engines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
+    """(_row, _implied): the running prefill/decode majority of each unit's lines (see _engine)."""
+    key = pl.concat_str([pl.col("host").fill_null("\0"), pl.col("unit").fill_null("\0")], separator="\x1f")
+    df = df.select("_row", key.alias("_ukey"), "_entry_engine")
+    voted = pl.col("_entry_engine").is_in(["prefill", "decode"])
+    seeds = {k: v[0] for k, v in carry.unit_votes.items()}, {k: v[1] for k, v in carry.unit_votes.items()}
+    counts = [
+        (pl.col("_entry_engine") == engine).fill_null(False).cast(pl.Int64).cum_sum().over("_ukey")
+        + pl.col("_ukey").replace_strict(seed, default=0, return_dtype=pl.Int64)
+        for engine, seed in zip(("prefill", "decode"), seeds, strict=True)
+    ]
+    last = pl.coalesce(
+        pl.when(voted).then("_entry_engine").forward_fill().over("_ukey"),
+        pl.col("_ukey").replace_strict(carry.unit_last, default=None, return_dtype=pl.String),
+    )
+    df = df.with_columns(counts[0].alias("_p"), counts[1].alias("_d"), last.alias("_last"))
+    implied = pl.when(pl.col("_p") > pl.col("_d")).then(pl.lit("prefill"))
+    implied = implied.when(pl.col("_d") > pl.col("_p")).then(pl.lit("decode")).otherwise("_last")
+    df = df.with_columns(implied.alias("_implied"))
+    ends = df.group_by("_ukey").agg(pl.col("_p", "_d", "_last").last())
+    for ukey, p, d, last_engine in ends.iter_rows():
+        carry.unit_votes[ukey] = (p, d)
+        if last_engine is not None:
+            carry.unit_last[ukey] = last_engine
+    return df.select("_row", "_implied")
 
 
 def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
@@ -522,7 +580,11 @@ def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     loose = ~pl.col("_has_prefix") & pl.col("entry_idx").is_null()
     # A loose line after a prefixed line ending with ':' (e.g. "debug info:") continues it too.
     opens = pl.when(~loose).then(pl.col("body").str.strip_chars_end().str.ends_with(":"))
-    in_block = loose & opens.forward_fill().over("_stream").fill_null(False)
+    # The block a line of an earlier batch opened is still open (while that stream's chain holds).
+    open_before = {s: v for s, v in carry.open_block.items() if s in carry.last_head}
+    seed_open = pl.col("_stream").replace_strict(open_before, default=False, return_dtype=pl.Boolean)
+    df = df.with_columns(opens.forward_fill().over("_stream").alias("_open"))
+    in_block = loose & pl.coalesce("_open", seed_open)
     cont = loose & (pl.col("body").str.contains(CONTINUATION) | in_block)
     df = df.with_columns((~cont).alias("_head"))
     seed = pl.col("_stream").replace_strict(carry.last_head, default=None, return_dtype=pl.Int64)
@@ -532,7 +594,9 @@ def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     df = df.with_columns(pl.when(pl.col("_head")).then(None).otherwise(head_id).alias("cont_of"))
     heads = df.filter(pl.col("_head")).group_by("_stream").agg(pl.col("line_id").last())
     carry.last_head.update(dict(heads.iter_rows()))
-    return df.drop("_stream", "_head")
+    blocks = df.filter(pl.col("_open").is_not_null()).group_by("_stream").agg(pl.col("_open").last())
+    carry.open_block.update(dict(blocks.iter_rows()))
+    return df.drop("_stream", "_head", "_open")
 
 
 def _suppressed_unit(lines: pl.DataFrame, events: pl.DataFrame, catalog: Catalog) -> pl.DataFrame:
@@ -548,7 +612,7 @@ def _suppressed_unit(lines: pl.DataFrame, events: pl.DataFrame, catalog: Catalog
     if named.height == 0:
         return lines
     return (
-        lines.join(named, on="_row", how="left")
+        lines.join(named, on="_row", how="left", maintain_order="left")
         .with_columns(pl.coalesce("_named", "unit").alias("unit"))
         .drop("_named")
     )
@@ -575,7 +639,7 @@ def parse_records(
     df = _app_time(df, opts, carry)
     df = _best_time(df, carry)
     df, fields = _match_and_extract(df, cat)
-    df = _engine(df, cat)
+    df = _engine(df, cat, carry)
     df = _continuations(df, carry)
     names = {i: e.name for i, e in enumerate(cat.entries)}
     events_of = {i: e.event for i, e in enumerate(cat.entries)}
@@ -594,7 +658,7 @@ def parse_records(
     events = (
         df.filter(pl.col("event").is_not_null())
         .select("_row", *EVENT_BASE_COLUMNS)
-        .join(fields, on="_row", how="left")
+        .join(fields, on="_row", how="left", maintain_order="left")
         .drop("_row")
     )
     return Parsed(lines=lines, events=events)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 if TYPE_CHECKING:
     from pdforensics.ingest import IngestSummary
@@ -22,24 +23,31 @@ VERDICT_STYLE = {
 
 
 def _console() -> Console:
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    # Names printed here come from the logs (a journal's _HOSTNAME and _SYSTEMD_UNIT are whatever the
+    # sender wrote) or from the user: such text is never rich markup, only Text (or markup=False),
+    # and `:name:` emoji codes are off, so a unit called "[/x]" or ":fire:" prints as itself.
+    # (rich.markup.escape is not enough: it prints a trailing backslash twice.)
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False)
 
 
 def print_ingest_summary(s: IngestSummary) -> None:
     con = _console()
-    table = Table(title=f"ingest #{s.ingest_id} into {s.db}", title_justify="left")
-    for col in ("host", "unit", "engine", "lines", "recognised", "parse errors"):
-        table.add_column(col, justify="right" if col in ("lines", "recognised", "parse errors") else "left")
+    table = Table(title=Text(f"ingest #{s.ingest_id} into {s.db}"), title_justify="left")
+    for col in ("host", "unit", "engine"):  # names wrap in a narrow terminal, never cut to "…"
+        table.add_column(col, overflow="fold")
+    for col in ("lines", "recognised", "parse errors"):
+        table.add_column(col, justify="right", no_wrap=True)
     for u in s.units:
-        table.add_row(u.host or "-", u.unit or "-", u.engine or "-", f"{u.lines:,}", f"{u.recognised:,}",
-                      f"{u.parse_errors:,}")  # fmt: skip
+        table.add_row(*[Text(t) for t in (u.host or "-", u.unit or "-", u.engine or "-")], f"{u.lines:,}",
+                      f"{u.recognised:,}", f"{u.parse_errors:,}")  # fmt: skip
     if s.units:
         con.print(table)
     con.print(
         f"read {s.records:,} records with {', '.join(s.readers) or '-'} in {s.elapsed_s:.2f}s "
         f"({s.lines_per_s:,.0f}/s): stored {s.stored:,}, already stored {s.duplicates:,}, "
         f"outside selection {s.skipped:,}, rejected {s.rejected:,}, unrecognised {s.unrecognised:,}, "
-        f"parse errors {s.parse_errors:,}"
+        f"parse errors {s.parse_errors:,}",
+        markup=False,
     )
     if s.null_messages:
         con.print(
@@ -47,14 +55,15 @@ def print_ingest_summary(s: IngestSummary) -> None:
             "unless --all): re-export with `journalctl --all -o json`"
         )
     for reason, n in s.rejects_by_reason.items():
-        con.print(f"  rejected {n:,}: {reason}")
+        con.print(f"  rejected {n:,}: {reason}", markup=False)
 
 
 def print_verdict_line(v: Verdict) -> None:
     data = v.to_json()
     reason = data["reasons"][0] if data["reasons"] else ""
     style = VERDICT_STYLE.get(data["verdict"], "bold")
-    _console().print(f"verdict: [{style}]{data['verdict']}[/] ({data['evidence_level']}) {reason}")
+    line = Text.assemble("verdict: ", (data["verdict"], style), f" ({data['evidence_level']}) {reason}")
+    _console().print(line)
 
 
 def print_verdict(v: Verdict, as_json: bool) -> None:

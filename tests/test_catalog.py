@@ -229,6 +229,61 @@ def test_loader_reports_a_missing_file(tmp_path: Path) -> None:
         load_catalog([tmp_path / "nope.toml"])
 
 
+CATALOG_FILE_PROBLEMS = {
+    "directory": (lambda d: d, "is a directory"),
+    "symlink-loop": (lambda d: _loop(d), "cannot be read: Too many levels of symbolic links"),
+    "not-utf8": (lambda d: _bytes(d, b"\xff\xfe[[entry]]"), "not valid TOML: not UTF-8 text"),
+    "entry-not-array": (lambda d: _bytes(d, b"entry = 3\n"), "'entry' must be an array of tables"),
+    "entry-not-table": (lambda d: _bytes(d, b"entry = [1, 2]\n"), "each [[entry]] must be a table"),
+    "anchor-not-string": (lambda d: _bytes(d, GOOD.replace('"hello"', "7").encode()), "'starts_with' must be a string"),
+    "fields-not-table": (lambda d: _bytes(d, (GOOD + "fields = 'x'\n").encode()), "'fields' must be a table"),
+    "field-not-string": (lambda d: _bytes(d, (GOOD + "[entry.fields]\nrid = 3\n").encode()), "'fields' must be a table"),
+    "sample-without-line": (lambda d: _bytes(d, (GOOD + "[[entry.sample]]\nexpect = {}\n").encode()), "needs line ="),
+}  # fmt: skip
+
+
+def _loop(folder: Path) -> Path:
+    (folder / "a.toml").symlink_to(folder / "b.toml")
+    (folder / "b.toml").symlink_to(folder / "a.toml")
+    return folder / "a.toml"
+
+
+def _bytes(folder: Path, data: bytes) -> Path:
+    (folder / "c.toml").write_bytes(data)
+    return folder / "c.toml"
+
+
+@pytest.mark.parametrize("problem", sorted(CATALOG_FILE_PROBLEMS))
+def test_a_catalog_file_that_cannot_be_used_is_a_usage_error(tmp_path: Path, problem: str) -> None:
+    make, message = CATALOG_FILE_PROBLEMS[problem]
+    with pytest.raises(UsageError, match=re.escape(message)) as info:
+        load_catalog([make(tmp_path)])
+    assert "\n" not in str(info.value)
+
+
+def test_an_unreadable_catalog_file_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # (chmod 000 does not stop root, which the tests may run as: the read is made to fail instead)
+    path = _write(tmp_path, GOOD)
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(UsageError, match="cannot be read: permission denied"):
+        load_catalog([path])
+
+
+@pytest.mark.parametrize("command", ["catalog", "ingest"])
+def test_cli_catalog_that_is_a_directory_fails_with_one_line_and_exit_2(tmp_path: Path, command: str) -> None:
+    from test_cli import assert_one_line_error, run
+
+    db = tmp_path / "x.duckdb"
+    args = ["--db", str(db), "--file", str(tmp_path / "none.json")] if command == "ingest" else []
+    proc = run(command, *args, "--catalog", str(tmp_path))
+    assert_one_line_error(proc, UsageError.exit_code, f"catalog file {tmp_path} is a directory")
+    assert not db.exists()  # refused before anything was opened or created
+
+
 def test_user_catalog_overrides_by_name_and_goes_first(tmp_path: Path) -> None:
     user = _write(
         tmp_path,

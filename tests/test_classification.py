@@ -292,7 +292,70 @@ def test_l0_anonymous_pins(log: Log) -> None:
     assert v.counts["anonymous_pins"] == 2 and v.verdict == "watchdog_missed"
     (pins,) = [a for a in v.anonymous_pins if a["anonymous_pins"]]
     assert pins["pinned_floor"] == 2 and pins["pinned_since"] is not None
-    assert any("anonymous pin" in r for r in v.reasons)
+    assert any("up to 2 anonymous pin(s), an upper bound from the gauge" in r for r in v.reasons)
+
+
+def busy_queue(log: Log, seconds: range, pinned: int = 0, idle_every: int = 0) -> None:
+    """A busy prefill on 1-s clocks (plain-file prefixes): 2 requests received every second,
+    each in the queue for 2 s, and a batch line each second whose floor counts them (never 0).
+    With `idle_every`, the last 4 of every `idle_every` seconds have no traffic (health checks
+    only). `pinned` requests no line names sit in the queue throughout."""
+    with log.bulk():
+        _busy_queue(log, seconds, pinned, idle_every)
+
+
+def _busy_queue(log: Log, seconds: range, pinned: int, idle_every: int) -> None:
+    n = 0
+    for k in seconds:
+        busy = not idle_every or k % idle_every < idle_every - 4
+        if busy:
+            for _ in range(2):
+                n += 1
+                r = room(10_000 + n)
+                log.receive(k, PREFILL, r, f"p{r}").receive(k, DECODE, r, f"d{r}")
+                log.finish(k + 2, PREFILL, r, f"p{r}").finish(k + 4, DECODE, r, f"d{r}")
+        # the queue at this batch line: those received in the 2 s before (none once idle)
+        held = sum(
+            2 for j in (k - 1, k - 2) if j in seconds and (not idle_every or j % idle_every < idle_every - 4)
+        )
+        log.batch(k, inflight=held + pinned + 1)
+
+
+def test_busy_queue_is_not_anonymous_pins(log: Log) -> None:
+    """L1, a queue that never empties (constant turnover for longer than timeout + grace), every
+    request finishing within 2 s: the floor is the named requests, not pins. The gauge alone
+    would claim 4."""
+    busy_queue(log, range(0, 120))
+    v = log.verdict()
+    assert v.evidence_level == "L1"
+    assert v.counts["anonymous_pins"] == 0 and v.counts["silent_pin"] == 0
+    assert v.verdict == "nothing_stuck", v.reasons
+    (row,) = v.anonymous_pins
+    assert row["pinned_floor"] == 4 and row["anonymous_pins"] == 0
+    assert not any("anonymous pin(s)" in r for r in v.reasons)
+    assert any("no anonymous pin is proven" in r and "up to 4" in r for r in v.reasons)
+
+
+def test_l1_anonymous_pins_still_counted(log: Log) -> None:
+    """L1 with 3 requests no line names in the queue since before the window (received before the
+    log begins, never released): at the idle batch lines nothing named can be held, so the floor
+    of 3 is proven to be anonymous pins."""
+    busy_queue(log, range(0, 120), pinned=3, idle_every=15)
+    v = log.verdict()
+    assert v.evidence_level == "L1"
+    assert v.counts["anonymous_pins"] == 3 and v.counts["silent_pin"] == 0
+    assert v.verdict == "watchdog_missed"
+    assert any("3 anonymous pin(s)" in r for r in v.reasons)
+
+
+def test_l1_busy_anonymous_pins_what_the_lines_prove(log: Log) -> None:
+    """A busy queue with 3 unnamed pins and no quiet moment, on 1-s clocks: at each batch line up to
+    6 named requests may be held (those received in its second count), so the floor of 7 proves 1
+    anonymous pin; that is claimed, and the reason says the gauge alone would allow up to 7."""
+    busy_queue(log, range(0, 120), pinned=3)
+    v = log.verdict()
+    assert v.counts["anonymous_pins"] == 1 and v.verdict == "watchdog_missed"
+    assert any("1 anonymous pin(s)" in r and "up to 7" in r for r in v.reasons)
 
 
 def test_old_builds_print_the_batch_before_it_joins(log: Log) -> None:

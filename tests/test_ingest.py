@@ -177,3 +177,257 @@ def test_every_real_log_ingests(tmp_path: Path, real_logs_dir: Path, catalog) ->
     ).fetchall()[0][0]
     con.close()
     assert with_room > 10 and rooms == with_room
+
+
+# ------------------------------------------------------------------ batching and file marks
+
+
+def test_coalesce_cuts_row_group_batches_and_keeps_counts_and_marks() -> None:
+    from pdforensics.ingest import coalesce
+    from pdforensics.schema import RECORD_SCHEMA
+    from pdforensics.sources._common import rejects_frame
+
+    def recs(lo: int, n: int) -> pl.DataFrame:
+        return (
+            pl.DataFrame({"seq": list(range(lo, lo + n))})
+            .select(pl.lit(None, pl.String).alias(c) if c != "seq" else pl.col("seq") for c in RECORD_SCHEMA)
+            .cast(RECORD_SCHEMA)
+        )  # type: ignore[arg-type]
+
+    inp = [
+        RecordBatch(recs(0, 3), rejects_frame([("f", "byte 1", "r", "")]), marks={"k": (3, "-")}),
+        RecordBatch(recs(3, 5), skipped=2, marks={"k": (8, "-")}),
+        RecordBatch(known_unread=4),
+        RecordBatch(recs(8, 7), null_messages=1, marks={"k": (15, "-")}),
+        RecordBatch(marks={"k": (15, "99")}),
+    ]
+    out = list(coalesce(inp, 4))
+    assert [b.records.height for b in out] == [4, 4, 4, 3]
+    assert pl.concat([b.records for b in out])["seq"].to_list() == list(range(15))
+    assert sum(b.rejects.height for b in out) == 1 and sum(b.skipped for b in out) == 2
+    assert sum(b.null_messages for b in out) == 1 and sum(b.known_unread for b in out) == 4
+    # A mark goes out only with (or after) the batch holding the last record it covers.
+    assert [b.marks for b in out] == [{"k": (3, "-")}, {"k": (8, "-")}, {}, {"k": (15, "99")}]
+
+
+def _plain_text(lines: int) -> bytes:
+    """Real plain logs (a traceback included) repeated to `lines` lines or more."""
+    logs = sorted(fixtures_dir().glob("watchdog_armed_never_fires/plain/*prefill*.log"))
+    logs += sorted(fixtures_dir().glob("*/plain/*prefill*.log"))
+    text = b"".join(p.read_bytes() for p in logs)
+    return text * (lines // text.count(b"\n") + 1)
+
+
+def all_lines(db: Path) -> pl.DataFrame:
+    """Every stored line; `cont_of` as its head's seq (a resumed run's line_ids may leave gaps)."""
+    con = store.open_db(db, read_only=True)
+    try:
+        return store.query_pl(
+            con,
+            """SELECT l.* EXCLUDE (ingest_id, line_id, cont_of), h.seq AS cont_of_seq
+               FROM lines l LEFT JOIN lines h ON h.line_id = l.cont_of ORDER BY l.line_id""",
+        )
+    finally:
+        con.close()
+
+
+def _plain(path: Path):  # type: ignore[no-untyped-def]
+    from pdforensics.sources.plain import PlainFileSource
+
+    return PlainFileSource(path, unit="sglang-prefill")
+
+
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from pdforensics.sources.plain import PlainFileSource
+
+    reads: list[int] = []
+    real = PlainFileSource._batch
+
+    def counting(self, buf: bytes, base: int, long: list) -> RecordBatch:  # type: ignore[no-untyped-def]
+        reads.append(base)
+        return real(self, buf, base, long)
+
+    monkeypatch.setattr(PlainFileSource, "_batch", counting)
+    return reads
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_an_unchanged_plain_file_is_not_read_again(
+    tmp_path: Path, catalog, monkeypatch: pytest.MonkeyPatch, compress: bool
+) -> None:
+    log = tmp_path / ("sglang-prefill.log.gz" if compress else "sglang-prefill.log")
+    text = _plain_text(3000)
+    log.write_bytes(gzip.compress(text) if compress else text)
+    db = tmp_path / "m.duckdb"
+    first = run(db, [_plain(log)], catalog)
+    reads = _count_reads(monkeypatch)
+    again = run(db, [_plain(log)], catalog)
+    assert reads == []
+    assert (again.records, again.stored, again.duplicates) == (first.records, 0, first.records)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_an_appended_plain_file_resumes_near_its_mark_and_equals_a_clean_run(
+    tmp_path: Path, catalog, monkeypatch: pytest.MonkeyPatch, compress: bool
+) -> None:
+    text = _plain_text(6000)
+    # Cut inside the traceback: the appended part's first lines continue a record stored before.
+    tb = text.index(b"Traceback (most recent call last):", len(text) // 2)
+    cut = text.index(b"\n", tb + 40) + 1
+    log = tmp_path / ("sglang-prefill.log.gz" if compress else "sglang-prefill.log")
+    log.write_bytes(gzip.compress(text[:cut]) if compress else text[:cut])
+    db = tmp_path / "a.duckdb"
+    first = run(db, [_plain(log)], catalog)
+    with open(log, "ab") as f:  # gzip: a second member, as `cat a.gz b.gz` or a gzip append makes
+        f.write(gzip.compress(text[cut:]) if compress else text[cut:])
+    reads = _count_reads(monkeypatch)
+    again = run(db, [_plain(log)], catalog)
+    assert reads and min(reads) > 0, "the grown file was read from its start"
+    clean_db = tmp_path / "clean.duckdb"
+    clean = run(clean_db, [_plain(log)], catalog)
+    assert again.records == clean.records and first.stored + again.stored == clean.stored
+    assert again.duplicates == first.stored
+    resumed = all_lines(db)
+    assert resumed.equals(all_lines(clean_db))
+    tail = resumed.filter(pl.col("seq") >= cut)["cont_of_seq"].drop_nulls()
+    assert tail.min() < cut, "the traceback's tail lost its head across the append"
+
+
+def test_a_windowed_ingest_leaves_no_mark_and_a_later_full_ingest_stores_the_rest(
+    tmp_path: Path, catalog
+) -> None:
+    log = tmp_path / "sglang-prefill.log"
+    log.write_bytes(_plain_text(3000))
+    db = tmp_path / "w.duckdb"
+    clean_db = tmp_path / "clean.duckdb"
+    clean = run(clean_db, [_plain(log)], catalog)
+    ts = all_lines(clean_db)["ts_us"].drop_nulls()
+    mid = int(ts.sort()[ts.len() // 2])
+    part = run(db, [_plain(log)], catalog, Selection(window=Window(since_us=mid), units=("*",)))
+    assert 0 < part.stored < clean.stored and part.skipped > 0
+    con = store.open_db(db, read_only=True)
+    assert con.execute("SELECT count(*) FROM meta WHERE key LIKE 'file_mark:%'").fetchall() == [(0,)]
+    con.close()
+    rest = run(db, [_plain(log)], catalog)
+    assert part.stored + rest.stored == clean.stored
+    assert run(db, [_plain(log)], catalog).stored == 0
+
+
+def test_a_plain_file_that_shrank_is_read_whole(tmp_path: Path, catalog) -> None:
+    text = _plain_text(3000)
+    log = tmp_path / "sglang-prefill.log"
+    log.write_bytes(text)
+    db = tmp_path / "s.duckdb"
+    first = run(db, [_plain(log)], catalog)
+    log.write_bytes(text[: len(text) // 2])  # rewritten in place: same head, so the same key
+    again = run(db, [_plain(log)], catalog)
+    assert again.stored == 0 and again.records == again.duplicates and 0 < again.records < first.records
+
+
+def _journal_parts(fixture: Path, times: int = 3) -> tuple[bytes, bytes]:
+    """The scenario's export `times` over, cut in two between entries (3 times: ~1,150 entries).
+
+    Repeated entries are identical, and sd_journal shows entries identical across files once:
+    parts meant for different files need `times=1`."""
+    entries = [e for e in fixture.joinpath("journal.export").read_bytes().split(b"\n\n") if e.strip()] * times
+    cut = len(entries) * 2 // 3
+    return b"\n\n".join(entries[:cut]) + b"\n\n", b"\n\n".join(entries[cut:]) + b"\n\n"
+
+
+def _count_journal_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    from pdforensics.sources import journal
+
+    reads: list[int] = []
+    real = journal._read_block
+
+    def counting(j, limit, until_us):  # type: ignore[no-untyped-def]
+        raw, more, error = real(j, limit, until_us)
+        reads.append(raw.height)
+        return raw, more, error
+
+    monkeypatch.setattr(journal, "_read_block", counting)
+    return reads
+
+
+@pytest.mark.parametrize("selection", [ALL, Selection(units=("sglang*",))], ids=["all", "sglang"])
+def test_a_grown_journal_resumes_near_its_mark_and_equals_a_clean_run(
+    tmp_path: Path,
+    fixture: Path,
+    catalog,
+    make_journal,
+    monkeypatch: pytest.MonkeyPatch,
+    selection: Selection,
+) -> None:
+    import pdforensics.ingest as ingest_module
+
+    monkeypatch.setattr(ingest_module, "CONTEXT_RECORDS", 50)
+    part_a, part_b = _journal_parts(fixture)
+    path = make_journal(part_a, "grown.journal")
+    db = tmp_path / "j.duckdb"
+    first = run(db, [JournalSource("files", [path])], catalog, selection)
+    assert first.stored > 100
+    unchanged_reads = _count_journal_reads(monkeypatch)
+    same = run(db, [JournalSource("files", [path])], catalog, selection)
+    assert sum(unchanged_reads) <= 51, "an unchanged journal was read again"
+    assert (same.records, same.stored, same.duplicates) == (first.records, 0, first.records)
+    make_journal(part_b, "grown.journal")  # journal-remote appends to the file: same seqnum id
+    reads = _count_journal_reads(monkeypatch)
+    again = run(db, [JournalSource("files", [path])], catalog, selection)
+    entries = export_entries_text(part_a) + export_entries_text(part_b)
+    assert sum(reads) < entries - 100, "the grown journal was read from its start"
+    clean_db = tmp_path / "clean.duckdb"
+    clean = run(clean_db, [JournalSource("files", [path])], catalog, selection)
+    assert again.records == clean.records and first.stored + again.stored == clean.stored
+    assert all_lines(db).equals(all_lines(clean_db))
+    # Another selection has its own mark: it reads everything.
+    other = Selection(units=("*",), window=Window(since_us=0))
+    reads.clear()
+    run(db, [JournalSource("files", [path])], catalog, other)
+    assert sum(reads) == entries
+
+
+def export_entries_text(text: bytes) -> int:
+    return sum(1 for line in text.split(b"\n") if line.startswith(b"__REALTIME_TIMESTAMP="))
+
+
+def test_a_journal_mark_is_not_used_when_a_file_with_earlier_entries_was_not_read(
+    tmp_path: Path, fixture: Path, catalog, make_journal
+) -> None:
+    part_a, _ = _journal_parts(fixture)
+    path = make_journal(part_a, "a.journal")
+    db = tmp_path / "j.duckdb"
+    run(db, [JournalSource("files", [path])], catalog)
+    src = JournalSource("files", [path])
+    key = src.mark_key(ALL)
+    assert key is not None
+    con = store.open_db(db, read_only=True)
+    mark = store.get_mark(con, key)
+    con.close()
+    assert mark is not None
+    src.resume(mark[1], 10)
+    assert src.resume_cursor is not None
+    cursor = mark[1].split()[0]
+    src.resume(f"{cursor} 00000000000000000000000000000000", 10)  # the file was not among those read
+    assert src.resume_cursor is None
+
+
+def test_journals_of_several_seqnum_ids_are_read_whole(
+    tmp_path: Path, fixture: Path, catalog, make_journal
+) -> None:
+    part_a, part_b = _journal_parts(fixture, times=1)
+    b = make_journal(part_b, "b.journal")
+    a = make_journal(part_a, "a.journal")  # its own seqnum id, older entries
+    db = tmp_path / "j.duckdb"
+    run(db, [JournalSource("files", [b])], catalog)
+    assert JournalSource("files", [a, b]).mark_key(ALL) is None
+    both = run(db, [JournalSource("files", [a, b])], catalog)
+    # Equal but for `source`, the label of the reader that stored each line first.
+    clean_db = tmp_path / "clean.duckdb"
+    clean = run(clean_db, [JournalSource("files", [a, b])], catalog)
+    assert both.records == clean.records
+    assert (
+        all_lines(db)
+        .sort("seq", "source_key")
+        .drop("cont_of_seq", "source")
+        .equals(all_lines(clean_db).sort("seq", "source_key").drop("cont_of_seq", "source"))
+    )

@@ -362,24 +362,24 @@ def test_an_empty_database_file_is_adopted_not_refused(tmp_path: Path) -> None:
     con.close()
 
 
-@pytest.mark.xfail(
-    reason="open bug: SIGINT mid-batch leaves the DuckDB transaction aborted, so the closing ingests update fails instead of printing the kept-batches message",
-    strict=False,
-)
+@pytest.mark.slow
 def test_ctrl_c_keeps_committed_batches_and_says_so(tmp_path: Path, big: Big) -> None:
-    db = tmp_path / "int.duckdb"
-    child = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet", batch=BATCH)
-    wait_for_lock(db, child)
-    time.sleep(0.5 * big.store_s)
-    child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=CLI_TIMEOUT)
-    assert child.returncode in (0, 130), err
-    if child.returncode == 130:  # (0: it finished first)
+    """Ctrl-C at random points, inside DuckDB calls too: exit 130 and one line, never a traceback."""
+    rnd = random.Random(5)
+    for i in range(3):
+        db = tmp_path / f"int-{i}.duckdb"
+        child = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet", batch=BATCH)
+        wait_for_lock(db, child)
+        time.sleep(rnd.uniform(0.1, 1.0) * big.store_s)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=CLI_TIMEOUT)
+        assert child.returncode == 130, err
         assert err.strip().splitlines() == [
             "pdforensics: interrupted; every batch committed so far is kept, rerun to continue"
         ]
-        assert rows(db, "SELECT status FROM ingests") == [("interrupted",)]
-    assert_consistent(db)
+        [(status,)] = rows(db, "SELECT status FROM ingests")
+        assert status in ("interrupted", "complete")  # complete: Ctrl-C came after the last batch
+        assert_consistent(db)
 
 
 def test_ingest_that_cannot_write_fails_with_one_line_and_keeps_committed_batches(
@@ -637,16 +637,49 @@ def test_a_pipe_is_refused_with_one_line(tmp_path: Path) -> None:
     assert_one_line_error(proc, 3, "is not a regular file (a pipe?)")
 
 
-@pytest.mark.xfail(strict=True, reason="render.print_ingest_summary prints host/unit names as rich markup")
-def test_markup_in_host_and_unit_names_is_printed_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+def test_markup_in_host_and_unit_names_is_printed_as_text(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from pdforensics.ingest import IngestSummary, UnitCount
+
+    monkeypatch.setenv("COLUMNS", "200")  # (in 80 columns a long name wraps in its cell)
     from pdforensics.render import print_ingest_summary
 
     # A journal's _HOSTNAME / _SYSTEMD_UNIT are whatever the sender wrote (journal-remote collections).
     unit = UnitCount(host="[red]h[/x]", unit="sglang-[/bold]x.service", engine="other", lines=1, recognised=0,
                      parse_errors=0)  # fmt: skip
-    print_ingest_summary(IngestSummary(ingest_id=1, db="x", sources=[], readers=["json"], units=[unit]))
-    assert "[red]h[/x]" in capsys.readouterr().out
+    summary = IngestSummary(ingest_id=1, db="/d/[b]x[/b].duckdb", sources=[], readers=["json"], units=[unit],
+                            rejects_by_reason={"bad [/i] thing :fire: \\": 2})  # fmt: skip
+    print_ingest_summary(summary)
+    out = capsys.readouterr().out
+    for text in ("[red]h[/x]", "sglang-[/bold]x.service", "/d/[b]x[/b].duckdb", "bad [/i] thing :fire: \\\n"):
+        assert text in out, text
+
+
+def test_markup_in_the_verdict_reason_is_printed_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+    from pdforensics.render import print_verdict_line
+
+    class Fake:
+        def to_json(self) -> dict[str, Any]:
+            return {
+                "verdict": "inconclusive",
+                "evidence_level": "L1",
+                "reasons": ["unit [/x] said :fire: \\"],
+            }
+
+    print_verdict_line(Fake())  # type: ignore[arg-type]
+    assert capsys.readouterr().out == "verdict: inconclusive (L1) unit [/x] said :fire: \\\n"
+
+
+def test_a_unit_named_like_markup_goes_through_the_cli(tmp_path: Path) -> None:
+    """The whole path: a journal entry whose unit and host are rich markup, ingested by the real CLI."""
+    entry = {"MESSAGE": "[2026-11-29 10:00:00 TP0] hello", "_SYSTEMD_UNIT": "[/x]", "_HOSTNAME": "[bold]h",
+             "__REALTIME_TIMESTAMP": "1795946400000000", "__CURSOR": "s=a;i=1", "_PID": "7"}  # fmt: skip
+    f = tmp_path / "markup.json"
+    f.write_text(json.dumps(entry) + "\n")
+    proc = cli("ingest", "--db", str(tmp_path / "m.duckdb"), "--file", str(f), "--unit", "*")
+    assert proc.returncode == 0, proc.stderr
+    assert "[/x]" in proc.stdout and "[bold]h" in proc.stdout
 
 
 # -- real .journal files, damaged
@@ -921,6 +954,7 @@ def test_a_failing_migration_leaves_the_old_database_untouched(
 # failure reason), bidi controls and very long words.
 
 RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: displays what follows reversed ("evil" trick)
+RLO_SHOWN = "\u27e8U+202E\u27e9"  # how the report shows it (pdforensics.report.html.shown)
 LONG_WORD = "W" * 20_000
 SECRET = "SECRET PROMPT tell me the launch codes"
 
@@ -997,15 +1031,15 @@ def page(hostile_report: HostileReport) -> Iterator[Any]:
         browser.close()
 
 
-# Where a marker's 5th and 7th characters are drawn: "ABC<RLO>DEF" shows D left of F unless reversed.
-_DRAWN_AT = """([root, marker]) => {
+# Where two characters of a marker are drawn (its characters at offsets a and b), as [left, left].
+_DRAWN_AT = """([root, marker, a, b]) => {
   const walker = document.createTreeWalker(document.querySelector(root), NodeFilter.SHOW_TEXT);
   for (let node; (node = walker.nextNode()); ) {
     const i = node.data.indexOf(marker);
     if (i < 0) continue;
     const left = (k) => { const r = document.createRange(); r.setStart(node, k); r.setEnd(node, k + 1);
                           return r.getBoundingClientRect().left; };
-    return [left(i + 4), left(i + 6)];
+    return [left(i + a), left(i + b)];
   }
   return null;
 }"""
@@ -1027,22 +1061,34 @@ def test_report_shows_hostile_log_text_as_text_with_prompts_redacted(
 
 
 @pytest.mark.browser
-@pytest.mark.xfail(
-    strict=True, reason="report: #detail ul.why (the request's reasons) does not wrap long words"
-)
 def test_report_very_long_words_stay_inside_the_page(page: Any) -> None:
     width, viewport = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert width <= viewport, f"the page is {width} px wide"
 
 
 @pytest.mark.browser
-@pytest.mark.xfail(
-    strict=True, reason="report: bidi controls in log text (U+202E) reverse the text after them"
-)
-@pytest.mark.parametrize(("where", "marker"), [("#detail pre.raw", f"ABC{RLO}DEF"),
-                                               ("#tbl-failures", f"ABC{RLO}DEF"),
-                                               ("#tbl-rejects", f"XYZ{RLO}UVW")])  # fmt: skip
-def test_report_bidi_controls_do_not_reorder_log_text(page: Any, where: str, marker: str) -> None:
-    drawn = page.evaluate(_DRAWN_AT, [where, marker])
+@pytest.mark.parametrize(("where", "before", "after"), [("#detail pre.raw", "ABC", "DEF"),
+                                                        ("#tbl-failures", "ABC", "DEF"),
+                                                        ("#tbl-rejects", "XYZ", "UVW"),
+                                                        ("#tbl-units", "sglang-", "live-decode")])  # fmt: skip
+def test_report_bidi_controls_do_not_reorder_log_text(page: Any, where: str, before: str, after: str) -> None:
+    """No CSS stops U+202E from reversing the text after it inside its own element (isolation only
+    keeps it from leaking out): the report shows each bidi control as a visible token instead."""
+    from pdforensics.report.html import BIDI_CONTROLS
+
+    marker = f"{before}{RLO_SHOWN}{after}"
+    first, last = len(before) + len(RLO_SHOWN), len(marker) - 1
+    drawn = page.evaluate(_DRAWN_AT, [where, marker, first, last])
     assert drawn is not None, f"{marker!r} not shown in {where}"
     assert drawn[0] < drawn[1], f"{where}: the text after U+202E is drawn reversed"
+    text = page.evaluate("(root) => document.querySelector(root).textContent", where)
+    assert not set(text) & set(BIDI_CONTROLS)
+
+
+def test_report_file_holds_no_bidi_control_from_the_logs(hostile_report: HostileReport) -> None:
+    from pdforensics.report.html import BIDI_CONTROLS, shown
+
+    html = hostile_report.html.read_text(encoding="utf-8")
+    plotly = pytest.importorskip("plotly.offline").get_plotlyjs()
+    assert not set(html.replace(plotly, "")) & set(BIDI_CONTROLS)
+    assert shown(f"a{RLO}b\u2066c\u200fd") == "a\u27e8U+202E\u27e9b\u27e8U+2066\u27e9c\u27e8U+200F\u27e9d"

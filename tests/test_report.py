@@ -215,6 +215,46 @@ def test_small_limits_sample_and_say_so(synth_db: Path, tmp_path: Path) -> None:
     assert len(gantt["layout"]["yaxis"]["categoryarray"]) == 10
 
 
+def test_views_are_computed_once_for_the_verdict_and_the_report(
+    synth_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pdforensics import verdict
+
+    made: list[str] = []
+    shadow = verdict._shadow
+    monkeypatch.setattr(
+        verdict, "_shadow", lambda con, cat, name: (made.append(name), shadow(con, cat, name))
+    )
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        write_report(con, tmp_path / "r.html", OPTS)
+        left = {
+            r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
+        }
+    finally:
+        con.close()
+    assert sorted(made) == sorted(set(made)) and "requests" in made  # each heavy view once
+    assert not left  # no temp table (shadow or report copy) outlives the report
+
+
+def test_capped_tables_say_how_many_rows_they_embed(synth_db: Path, tmp_path: Path) -> None:
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        page = write_report(con, tmp_path / "r.html", OPTS, limits=Limits(table_rows=1)).read_text()
+    finally:
+        con.close()
+    notes = re.search(r'<div class="notes" id="sampling">(.*?)</div>', page, re.S)
+    assert notes
+    cut = [t for t in _data_block(page)["tables"] if t["total"] is not None and t["total"] > len(t["rows"])]
+    assert cut  # the synthetic window has more than one row in some capped table
+    for t in cut:
+        if t["id"] != "requests":
+            assert len(t["rows"]) == 1
+            assert escape(f"{t['title']} table: the first 1 of {t['total']:,} rows") in notes.group(1), t[
+                "id"
+            ]
+
+
 def test_an_empty_window_still_reports_why_it_cannot_decide(tmp_path: Path) -> None:
     from pdforensics.verdict import install_views
 

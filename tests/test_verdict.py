@@ -167,6 +167,26 @@ def test_multihost_clock_offset_is_estimated(ingested) -> None:
     assert offsets["p-node-01"]["method"] == "reference"
 
 
+def test_nested_materialised_reuses_tables_and_follows_options(ingested) -> None:
+    """`compute_verdict` inside a caller's `materialised()` (the report's way to pay for the views
+    once) gives the same answer as on its own, and recomputes the tables when the options differ."""
+    con = store.open_db(ingested("decode_restart_old_build", "journal"), read_only=True)
+    try:
+        opts = verdict.VerdictOptions(watchdog_timeout_s=60)
+        alone = verdict.compute_verdict(con, opts).to_json()
+        alone_default = verdict.compute_verdict(con, verdict.VerdictOptions()).to_json()
+        assert alone["watchdog"]["timeout_s"] == 60 and alone_default["watchdog"]["timeout_s"] == 300
+        verdict.apply_options(con, opts)
+        with verdict.materialised(con):
+            assert verdict.compute_verdict(con, opts).to_json() == alone
+            assert verdict.compute_verdict(con, verdict.VerdictOptions()).to_json() == alone_default
+            # the caller's tables follow the session's options, which the inner call changed
+            assert con.execute("SELECT timeout_s FROM verdict").fetchone() == (300,)
+        assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone() == (0,)
+    finally:
+        con.close()
+
+
 def test_real_logs_give_sensible_requests(real_logs_dir: Path, tmp_path: Path) -> None:
     db = tmp_path / "real.duckdb"
     con = store.open_db(db)

@@ -8,6 +8,8 @@ Times are seconds after T0 on the writing host's own clock.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ class Log:
         self.con = store.open_db(path)
         self.n = 0
         self.installed = False
+        self._pending: dict[tuple[str, str], list[list[Any]]] | None = None
         # (from, until) of requests held in the inflight queue: the batches in between count them
         self.pinned: list[tuple[float, float | None]] = []
         self.con.execute(
@@ -74,9 +77,29 @@ class Log:
 
     def _insert(self, table: str, row: dict) -> None:
         cols = ", ".join(row)
+        if self._pending is not None:
+            self._pending.setdefault((table, cols), []).append(list(row.values()))
+            return
         self.con.execute(
             f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(row))})", list(row.values())
         )
+
+    @contextmanager
+    def bulk(self) -> Iterator[Log]:
+        """Write the lines added inside in a few multi-row INSERTs (thousands of lines, quickly)."""
+        self._pending = {}
+        try:
+            yield self
+        finally:
+            pending, self._pending = self._pending, None
+            for (table, cols), rows in pending.items():
+                marks = "(" + ", ".join("?" * len(rows[0])) + ")"
+                for i in range(0, len(rows), 200):
+                    chunk = rows[i : i + 200]
+                    self.con.execute(
+                        f"INSERT INTO {table} ({cols}) VALUES {', '.join([marks] * len(chunk))}",
+                        [v for row in chunk for v in row],
+                    )
 
     # ---- common lines -------------------------------------------------------------------------
 

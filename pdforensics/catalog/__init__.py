@@ -72,22 +72,30 @@ def _check_regex(pattern: str, where: str) -> None:
         raise UsageError(f"{where}: bad regex {pattern!r}: {str(exc).splitlines()[0]}") from None
 
 
-def _entry_from_toml(raw: dict[str, Any], origin: str) -> Entry:
+def _entry_from_toml(raw: Any, origin: str) -> Entry:
+    if not isinstance(raw, dict):
+        raise UsageError(f"{origin}: each [[entry]] must be a table, not {_toml_type(raw)}")
     where = f"{origin}: entry {raw.get('name', '?')!r}"
     for key in ("name", "event", "pattern"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise UsageError(f"{where}: missing or empty '{key}'")
+    for key in ("starts_with", "contains", "engine", "level", "versions", "description"):
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise UsageError(f"{where}: '{key}' must be a string, not {_toml_type(raw[key])}")
     if not raw.get("starts_with") and not raw.get("contains"):
         raise UsageError(f"{where}: needs a literal anchor, 'starts_with' or 'contains'")
     if raw.get("engine") is not None and raw["engine"] not in ENGINES:
         raise UsageError(f"{where}: engine must be one of {', '.join(ENGINES)}")
-    fields = dict(raw.get("fields", {}))
+    fields = raw.get("fields", {})
+    if not isinstance(fields, dict) or not all(isinstance(v, str) for v in fields.values()):
+        raise UsageError(f"{where}: 'fields' must be a table of name = 'regex' strings")
+    fields = dict(fields)
     for pat in [raw["pattern"], *fields.values()]:
         _check_regex(pat, where)
     for fname, pat in fields.items():
         if re.compile(pat).groups != 1:
             raise UsageError(f"{where}: field {fname!r} regex must have exactly one group")
-    samples = tuple(Sample(line=s["line"], expect=dict(s.get("expect", {}))) for s in raw.get("sample", []))
+    samples = _samples(raw.get("sample", []), where)
     known = {
         "name", "event", "pattern", "starts_with", "contains", "engine", "level",
         "versions", "description", "fields", "sample",
@@ -111,14 +119,48 @@ def _entry_from_toml(raw: dict[str, Any], origin: str) -> Entry:
     )
 
 
+def _samples(raw: Any, where: str) -> tuple[Sample, ...]:
+    ok = isinstance(raw, list) and all(
+        isinstance(s, dict) and isinstance(s.get("line"), str) and isinstance(s.get("expect", {}), dict)
+        for s in raw
+    )
+    if not ok:
+        raise UsageError(
+            f"{where}: each [[entry.sample]] needs line = '...' (and optionally an expect table)"
+        )
+    return tuple(Sample(line=s["line"], expect=dict(s.get("expect", {}))) for s in raw)
+
+
+def _toml_type(value: Any) -> str:
+    names = {dict: "a table", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+             float: "a float"}  # fmt: skip
+    return names.get(type(value), "a date/time")
+
+
 def read_catalog_file(path: Path) -> list[Entry]:
+    """One TOML catalog file; anything wrong with it is a UsageError of one line (exit 2)."""
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"catalog file not found: {path}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"catalog file {path} is not valid TOML: {exc}") from None
-    entries = [_entry_from_toml(raw, str(path)) for raw in data.get("entry", [])]
+    except IsADirectoryError:
+        raise UsageError(f"catalog file {path} is a directory; pass a .toml file") from None
+    except PermissionError:
+        raise UsageError(f"catalog file {path} cannot be read: permission denied") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"catalog file {path} is not valid TOML: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:  # a FIFO that errors, a device, a name too long, too many symlink levels...
+        reason = exc.strerror or type(exc).__name__
+        raise UsageError(f"catalog file {path} cannot be read: {reason}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise UsageError(f"catalog file {path} is not valid TOML: {first}") from None
+    raw_entries = data.get("entry", [])
+    if not isinstance(raw_entries, list):
+        raise UsageError(f"catalog file {path}: 'entry' must be an array of tables ([[entry]])")
+    entries = [_entry_from_toml(raw, str(path)) for raw in raw_entries]
     names = [e.name for e in entries]
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:

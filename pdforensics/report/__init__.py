@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,27 +64,23 @@ def _plotly_js() -> str:
     return get_plotlyjs()
 
 
-@contextmanager
-def _materialised(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """The verdict's heavy views computed once for all report queries."""
-    from pdforensics import verdict
-
-    ctx = getattr(verdict, "materialised", None) or verdict._materialised
-    with ctx(con):
-        yield
-
-
 def build_model(
     con: duckdb.DuckDBPyConnection, opts: VerdictOptions, show_prompts: bool, limits: Limits
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Everything the page shows: (model for html.render_page, plotly figures by name)."""
-    from pdforensics.verdict import compute_verdict
+    """Everything the page shows: (model for html.render_page, plotly figures by name).
+
+    The verdict and every report query share one `verdict.materialised`: the heavy views are
+    computed once (`compute_verdict` sets the same options, so its own call reuses the tables).
+    """
+    from pdforensics import verdict as vd
 
     started = time.perf_counter()
-    verdict = compute_verdict(con, opts).to_json()
+    vd.ensure_views(con)
+    vd.apply_options(con, opts)
     now_us = time.time_ns() // 1000
     fallback = (opts.since_us or now_us, opts.until_us or now_us)
-    with _materialised(con):
+    with vd.materialised(con):
+        verdict = vd.compute_verdict(con, opts).to_json()
         model, figures = _assemble(con, verdict, show_prompts, limits, fallback)
     model["meta"]["build_s"] = round(time.perf_counter() - started, 2)
     return model, figures

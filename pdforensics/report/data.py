@@ -1,9 +1,9 @@
 """Queries behind the report: the classification views and tables → plain dicts and lists.
 
 Every time is on the reference clock (`t_us`, see queries/views/02_clock.sql) in
-UTC microseconds. The views are read once each: `requests` is materialised into
-a temp table because a dozen report parts slice it, and re-running the view per
-slice would redo the whole classification.
+UTC microseconds. The heavy views (`requests` among them) are read from the
+temporary tables `verdict.materialised` makes of them, once for the verdict and
+every report part, so a dozen slices of `requests` do not redo the classification.
 
 Everything here is bounded by `Limits` so a 100,000-request window still makes a
 small file; whatever is cut is said in `notes`.
@@ -55,7 +55,7 @@ DECODE_GAUGES = [
 ]
 THROUGHPUT = ("gen_throughput", "gen throughput (token/s)")
 
-REQUEST_TABLE = "_rpt_requests"
+REQUEST_COPY = "_rpt_requests"  # only when `requests` is not already a table (see open_ctx)
 
 
 @dataclass
@@ -71,6 +71,7 @@ class Ctx:
     show_prompts: bool = False
     notes: list[str] = field(default_factory=list)
     cut_lines: int = 0  # raw lines cut at limits.line_chars
+    req: str = "requests"  # the relation the report reads the requests from
 
     def rows(self, sql: str, params: list | None = None) -> list[dict[str, Any]]:
         return query_pl(self.con, sql, params).to_dicts()
@@ -79,20 +80,35 @@ class Ctx:
 def open_ctx(
     con: duckdb.DuckDBPyConnection, limits: Limits, show_prompts: bool, fallback: tuple[int, int]
 ) -> Ctx:
-    """Reads `settings` once and materialises `requests` for the rest of the report.
+    """Reads `settings` once and finds the rows of `requests` for the rest of the report.
 
+    Inside `verdict.materialised` (as `build_model` calls it) `requests` is a temporary table and
+    is read as it is; otherwise (its views installed as temporary ones, which it does not shadow)
+    it is copied once, so a dozen slices do not redo the classification each.
     `fallback` is the window to draw when the data has none (no line in it at all).
     """
     s = query_pl(con, "SELECT * FROM settings").to_dicts()[0]
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {REQUEST_TABLE} AS SELECT * FROM requests")
+    req = "requests"
+    if not _is_temp_table(con, "requests"):
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {REQUEST_COPY} AS SELECT * FROM requests")
+        req = REQUEST_COPY
     con.execute("CREATE OR REPLACE TEMP TABLE _rpt_offsets AS SELECT * FROM host_offsets")
     start = s["start_t"] if s["start_t"] is not None else fallback[0]
     end = s["end_t"] if s["end_t"] is not None else max(fallback[1], start + US)
-    return Ctx(con, int(start), int(end), float(s["timeout_s"]), float(s["grace_s"]), limits, show_prompts)
+    return Ctx(
+        con, int(start), int(end), float(s["timeout_s"]), float(s["grace_s"]), limits, show_prompts, req=req
+    )
+
+
+def _is_temp_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?", [name]
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def close_ctx(ctx: Ctx) -> None:
-    for name in (REQUEST_TABLE, "_rpt_offsets"):
+    for name in (REQUEST_COPY, "_rpt_offsets"):
         ctx.con.execute(f"DROP TABLE IF EXISTS {name}")
 
 
@@ -105,9 +121,7 @@ def _class_rank() -> str:
 
 
 def class_counts(ctx: Ctx) -> dict[str, int]:
-    rows = ctx.rows(
-        f"SELECT class, count(*) AS n FROM {REQUEST_TABLE} GROUP BY class ORDER BY {_class_rank()}"
-    )
+    rows = ctx.rows(f"SELECT class, count(*) AS n FROM {ctx.req} GROUP BY class ORDER BY {_class_rank()}")
     return {r["class"]: int(r["n"]) for r in rows}
 
 
@@ -206,16 +220,23 @@ LIFECYCLE = ("server_args", "server_ready", "unit_started", "sigterm", "graceful
 
 def lifecycle_points(ctx: Ctx) -> list[dict[str, Any]]:
     """Engine starts, stops and crashes (systemd's lines and SGLang's own)."""
-    return ctx.rows(
+    cap = ctx.limits.markers
+    rows = ctx.rows(
         f"""SELECT t_us, host, engine, event FROM evt
         WHERE engine IN ('prefill', 'decode') AND event IN {LIFECYCLE} ORDER BY t_us LIMIT ?""",
-        [ctx.limits.markers],
+        [cap + 1],
     )
+    if len(rows) > cap:
+        ctx.notes.append(
+            f"Timeline: the first {cap:,} engine start/stop/crash markers drawn; later ones are not."
+        )
+    return rows[:cap]
 
 
 def holes(ctx: Ctx) -> list[dict[str, Any]]:
     """Every hole with what it means for the verdict (`coverage`: suspects overlapped, decisive or not)."""
-    return ctx.rows("SELECT * FROM coverage ORDER BY from_t, hole_id LIMIT ?", [ctx.limits.table_rows])
+    rows, _ = _capped(ctx, "SELECT * FROM coverage ORDER BY from_t, hole_id", "Coverage holes")
+    return rows
 
 
 def abort_storms(ctx: Ctx) -> list[dict[str, Any]]:
@@ -226,8 +247,8 @@ def point_markers(ctx: Ctx, kind: str) -> dict[str, Any]:
     """Times (and rooms) of one marker kind; counts per bucket when there are too many to draw."""
     sql = {
         "watchdog": "SELECT fired_t AS t_us, room, state AS what FROM watchdog_firings",
-        "abort": f"SELECT aborted_t AS t_us, room, class AS what FROM {REQUEST_TABLE} WHERE aborted_t IS NOT NULL",
-        "failure": f"""SELECT failed_t AS t_us, room, reason AS what FROM {REQUEST_TABLE}
+        "abort": f"SELECT aborted_t AS t_us, room, class AS what FROM {ctx.req} WHERE aborted_t IS NOT NULL",
+        "failure": f"""SELECT failed_t AS t_us, room, reason AS what FROM {ctx.req}
                        WHERE failed_t IS NOT NULL AND class = 'transfer_failed'""",
     }[kind]
     n = ctx.con.execute(f"SELECT count(*) FROM ({sql})").fetchone()
@@ -247,13 +268,13 @@ def point_markers(ctx: Ctx, kind: str) -> dict[str, Any]:
 def open_deadlines(ctx: Ctx) -> tuple[list[dict[str, Any]], int]:
     """Requests still open at the window end (or pinned), with their watchdog deadline."""
     where = "(holder_at_end IS NOT NULL OR class IN ('silent_pin', 'in_flight')) AND watchdog_deadline_t IS NOT NULL"
-    n = ctx.con.execute(f"SELECT count(*) FROM {REQUEST_TABLE} WHERE {where}").fetchone()
+    n = ctx.con.execute(f"SELECT count(*) FROM {ctx.req} WHERE {where}").fetchone()
     total = int(n[0]) if n else 0
     step = max(1, math.ceil(total / ctx.limits.deadline_lanes))
     # evenly over time, so a long window's early and late pins both show
     rows = ctx.rows(
         f"""SELECT room, class, prefill_rid, pinned_from_t, watchdog_deadline_t, last_t, holder_at_end
-        FROM {REQUEST_TABLE} WHERE {where}
+        FROM {ctx.req} WHERE {where}
         QUALIFY (row_number() OVER (ORDER BY watchdog_deadline_t, room) - 1) % ? = 0
         ORDER BY watchdog_deadline_t, room""",
         [step],
@@ -272,14 +293,14 @@ def open_deadlines(ctx: Ctx) -> tuple[list[dict[str, Any]], int]:
 def gantt_requests(ctx: Ctx) -> tuple[list[dict[str, Any]], int]:
     """Every request that is not completed (up to the lane cap, worst first) and a few completed ones."""
     lim = ctx.limits
-    n = ctx.con.execute(f"SELECT count(*) FROM {REQUEST_TABLE} WHERE class <> 'completed'").fetchone()
+    n = ctx.con.execute(f"SELECT count(*) FROM {ctx.req} WHERE class <> 'completed'").fetchone()
     not_done = int(n[0]) if n else 0
     take = min(not_done, lim.gantt_lanes - lim.gantt_completed)
     rows = ctx.rows(
-        f"""(SELECT *, 0 AS _grp FROM {REQUEST_TABLE} WHERE class <> 'completed'
+        f"""(SELECT *, 0 AS _grp FROM {ctx.req} WHERE class <> 'completed'
              ORDER BY {_class_rank()}, abort_race DESC, first_t LIMIT ?)
         UNION ALL
-        (SELECT *, 1 AS _grp FROM {REQUEST_TABLE} WHERE class = 'completed'
+        (SELECT *, 1 AS _grp FROM {ctx.req} WHERE class = 'completed'
              ORDER BY hash(bootstrap_room) LIMIT ?)""",
         [take, lim.gantt_completed],
     )
@@ -379,10 +400,25 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def _capped(ctx: Ctx, sql: str, params: list | None = None) -> tuple[list[dict[str, Any]], int]:
-    n = ctx.con.execute(f"SELECT count(*) FROM ({sql})", params or []).fetchone()
-    total = int(n[0]) if n else 0
-    return ctx.rows(f"{sql} LIMIT {ctx.limits.table_rows}", params), total
+def _capped(
+    ctx: Ctx, sql: str, title: str, params: list | None = None, cap: int | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The first `limits.table_rows` (or `cap`) rows of `sql` and how many it has, from one run of
+    the query (its rows kept in DuckDB, which may have a million of them); a cut is said in the notes."""
+    cap = ctx.limits.table_rows if cap is None else cap
+    ctx.con.execute(f"CREATE OR REPLACE TEMP TABLE _rpt_capped AS {sql}", params or [])
+    try:
+        n = ctx.con.execute("SELECT count(*) FROM _rpt_capped").fetchone()
+        total = int(n[0]) if n else 0
+        # rowid is the insertion order, which is the query's ORDER BY
+        rows = ctx.rows("SELECT * FROM _rpt_capped ORDER BY rowid LIMIT ?", [cap])
+    finally:
+        ctx.con.execute("DROP TABLE IF EXISTS _rpt_capped")
+    if total > cap:
+        ctx.notes.append(
+            f"{title} table: the first {cap:,} of {total:,} rows embedded; `pdforensics sql` lists them all."
+        )
+    return rows, total
 
 
 def _flags(r: dict[str, Any]) -> str:
@@ -396,6 +432,7 @@ def pins_table(ctx: Ctx) -> dict[str, Any]:
         ctx,
         """SELECT * FROM pins ORDER BY CASE WHEN class = 'silent_pin' OR kind = 'anonymous' THEN 0
                WHEN class = 'watchdog_fired' THEN 2 ELSE 1 END, dwell_s DESC NULLS LAST""",
+        "Pins",
     )
     for r in rows:
         r["flags"] = _flags(r)
@@ -422,7 +459,7 @@ def gauge_floor_table(ctx: Ctx) -> dict[str, Any]:
 
 
 def firings_table(ctx: Ctx) -> dict[str, Any]:
-    rows, total = _capped(ctx, "SELECT * FROM watchdog_firings ORDER BY fired_t")
+    rows, total = _capped(ctx, "SELECT * FROM watchdog_firings ORDER BY fired_t", "Watchdog firings")
     cols = [("room", "bootstrap_room", "text"), ("rid", "rid", "text"), ("host", "host", "text"),
             ("fired_t", "fired at", "time"), ("dwell_s", "dwell", "dur"), ("state", "state", "text"),
             ("timeout_s", "timeout (s)", "num"), ("ranks", "TP ranks", "list"), ("all_ranks", "all ranks", "bool"),
@@ -433,7 +470,7 @@ def firings_table(ctx: Ctx) -> dict[str, Any]:
 
 
 def abort_races_table(ctx: Ctx) -> dict[str, Any]:
-    rows, total = _capped(ctx, "SELECT * FROM abort_races ORDER BY aborted_t")
+    rows, total = _capped(ctx, "SELECT * FROM abort_races ORDER BY aborted_t", "Abort races")
     cols = [("room", "bootstrap_room", "text"), ("prefill_rid", "prefill rid", "text"),
             ("decode_rid", "decode rid", "text"), ("class", "class", "class"), ("outcome", "outcome", "text"),
             ("aborted_t", "aborted at", "time"), ("prefill_end_t", "prefill released at", "time"),
@@ -455,16 +492,19 @@ def storms_table(ctx: Ctx, storms: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def failures_table(ctx: Ctx) -> dict[str, Any]:
-    # Numbers (rooms, seconds, ranks) vary per line; the reason's words group them.
+    # Numbers (rooms, seconds, ranks) vary per line; the reason's words group them. The rows with a
+    # reason_kind are exactly pdf_room_lines(true), room_events' rare lines: reading those alone
+    # skips the millions of Receive/Finish lines (~0.5 s at 1M requests).
     rows, total = _capped(
         ctx,
-        r"""SELECT engine, event, reason_kind,
+        rf"""SELECT engine, event, reason_kind,
                regexp_replace(coalesce(reason, '(no reason)'), '\d+(\.\d+)?', 'N', 'g') AS reason,
                count(*) AS lines, count(DISTINCT bootstrap_room) AS requests,
                min(t_us) AS first_t, max(t_us) AS last_t,
                min(bootstrap_room)::VARCHAR AS room
-        FROM room_events WHERE reason_kind IS NOT NULL
-        GROUP BY ALL ORDER BY requests DESC, lines DESC""",
+        FROM {_rare_room_lines(ctx)} WHERE reason_kind IS NOT NULL
+        GROUP BY ALL ORDER BY requests DESC, lines DESC, engine, event, reason""",
+        "Failures by reason",
     )
     cols = [("reason", "reason (numbers as N)", "wrap"), ("reason_kind", "kind", "text"),
             ("engine", "engine", "text"), ("event", "event", "text"), ("requests", "requests", "num"),
@@ -472,6 +512,14 @@ def failures_table(ctx: Ctx) -> dict[str, Any]:
             ("room", "example room", "text")]  # fmt: skip
     return table("failures", "Failures by reason", cols, rows, total=total,
                  description="Failure and abort lines grouped by reason; click a row for an example request.")  # fmt: skip
+
+
+def _rare_room_lines(ctx: Ctx) -> str:
+    """pdf_room_lines(true) where the database has it (views installed before it: room_events)."""
+    row = ctx.con.execute(
+        "SELECT count(*) FROM duckdb_functions() WHERE function_name = 'pdf_room_lines'"
+    ).fetchone()
+    return "pdf_room_lines(true)" if row and row[0] else "room_events"
 
 
 def holes_table(ctx: Ctx, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -497,13 +545,13 @@ def restarts_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def requests_table(ctx: Ctx) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     lim = ctx.limits
-    n = ctx.con.execute(f"SELECT count(*) FROM {REQUEST_TABLE}").fetchone()
+    n = ctx.con.execute(f"SELECT count(*) FROM {ctx.req}").fetchone()
     total = int(n[0]) if n else 0
     rows = ctx.rows(
-        f"""(SELECT * FROM {REQUEST_TABLE} WHERE class <> 'completed'
+        f"""(SELECT * FROM {ctx.req} WHERE class <> 'completed'
              ORDER BY {_class_rank()}, first_t LIMIT ?)
         UNION ALL
-        (SELECT * FROM {REQUEST_TABLE} WHERE class = 'completed' ORDER BY hash(bootstrap_room) LIMIT ?)""",
+        (SELECT * FROM {ctx.req} WHERE class = 'completed' ORDER BY hash(bootstrap_room) LIMIT ?)""",
         [lim.table_requests, lim.table_completed],
     )
     for r in rows:
@@ -545,13 +593,16 @@ def units_table(ctx: Ctx) -> dict[str, Any]:
 
 
 def rejects_table(ctx: Ctx) -> dict[str, Any]:
-    rows = ctx.rows(
+    rows, total = _capped(
+        ctx,
         """SELECT source, reason, count(*) AS n, min(position) AS position, min(sample) AS sample
-        FROM rejects GROUP BY ALL ORDER BY n DESC LIMIT 500"""
+        FROM rejects GROUP BY ALL ORDER BY n DESC, source, reason""",
+        "Rejected input",
+        cap=min(500, ctx.limits.table_rows),  # a reject kind per row, each with its sample
     )
     cols = [("source", "source", "text"), ("reason", "reason", "text"), ("n", "rejected", "num"),
             ("position", "first position", "text"), ("sample", "sample", "wrap")]  # fmt: skip
-    return table("rejects", "Rejected input", cols, rows, room=None,
+    return table("rejects", "Rejected input", cols, rows, room=None, total=total,
                  description="Input that could not be read as a log record at all, per source (every ingest run; a rejected record has no host or unit).")  # fmt: skip
 
 

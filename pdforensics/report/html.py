@@ -1,19 +1,43 @@
 """Assembles the one self-contained HTML file: escaped static parts, JSON data blocks, inlined JS.
 
-Log text is untrusted. It reaches the page only (a) through `html.escape` in the
-few server-rendered parts, or (b) inside `<script type="application/json">`
+Log text is untrusted. It reaches the page only (a) through `escape` (`html.escape`)
+in the few server-rendered parts, or (b) inside `<script type="application/json">`
 blocks with `<`, `>`, `&` and the JS line separators escaped, which the page's
-own script reads with `JSON.parse` and renders with `textContent`.
+own script reads with `JSON.parse` and renders with `textContent`. On both paths
+Unicode bidi controls are replaced by visible tokens (`shown`).
 """
 
 from __future__ import annotations
 
+import html
 import json
-from html import escape
+import re
 from pathlib import Path
 from typing import Any
 
 ASSETS = Path(__file__).with_name("assets")
+
+# Bidi controls in log text would reorder what follows them: U+202E RIGHT-TO-LEFT OVERRIDE makes
+# "ABC\u202eDEF" read "ABCFED", and isolating the text (CSS, <bdi>) only keeps that from leaking
+# out of its element, not from reversing the text itself. A forensic report shows them instead:
+# each becomes a visible token ("⟨U+202E⟩") and applies nothing. (The database keeps them as is.)
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_BIDI_SHOWN = {c: f"\u27e8U+{ord(c):04X}\u27e9" for c in BIDI_CONTROLS}
+_BIDI = re.compile(f"[{BIDI_CONTROLS}]")
+
+
+def shown(text: str) -> str:
+    """`text` with every Unicode bidi control replaced by a visible, inert token.
+
+    (A regex, not `str.translate`: the data blocks are megabytes with few or none of them, and
+    translate visits every character in Python's slow path: 1.4 s against 0.1 s on 11 MB.)"""
+    return _BIDI.sub(lambda m: _BIDI_SHOWN[m.group()], text)
+
+
+def escape(text: str) -> str:
+    """HTML-escaped text for the page, bidi controls shown (see `shown`)."""
+    return html.escape(shown(text))
+
 
 VERDICT_MEANING = {
     "watchdog_missed": "Something was stuck longer than the watchdog timeout and the watchdog did not fire.",
@@ -38,7 +62,8 @@ def safe_json(obj: Any) -> str:
     """JSON that cannot end its <script> block or start markup: `</script>` stays data."""
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
     return (
-        text.replace("&", "\\u0026")
+        shown(text)  # (JSON syntax is ASCII: these characters can only be inside strings)
+        .replace("&", "\\u0026")
         .replace("<", "\\u003c")
         .replace(">", "\\u003e")
         .replace("\u2028", "\\u2028")

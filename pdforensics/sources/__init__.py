@@ -37,6 +37,16 @@ class Selection:
     units: tuple[str, ...] = ("sglang*",)
 
 
+# Resume mark keys (rows of the database's `meta` table, "position detail"). A plain file read
+# without a window: `file_mark:<source_key>` -> (upto, eof_size or "-"): every line before byte
+# `upto` of its decompressed stream is stored; `eof_size` is the raw file's size when a read reached
+# its end. Journal files sharing one __SEQNUM_ID `S`, read by python-systemd for one selection:
+# `journal_mark:S|units|since|until` -> (seqnum, "cursor file_id,..."): every selected entry up to
+# that seqnum is stored, and these files were read.
+FILE_MARK = "file_mark:"
+JOURNAL_MARK = "journal_mark:"
+
+
 @dataclass
 class RecordBatch:
     records: pl.DataFrame = field(default_factory=empty_records)
@@ -46,6 +56,23 @@ class RecordBatch:
     # Records kept with message "" because MESSAGE was null in the input (`journalctl -o json`
     # without --all prints null for fields over 4096 bytes): worth a warning to re-export with --all.
     null_messages: int = 0
+    # Records not read again because the database holds them (a resumed plain file): ingest counts
+    # them as read and as duplicates, as if they had been re-read.
+    known_unread: int = 0
+    # A resumed journal: (source_key, seq) of its first re-read entry; ingest counts the stored
+    # records of that source_key before it as read and duplicates (entries another unit selection
+    # stored are counted too: the count is the database's, not this selection's).
+    known_before: tuple[str, int] | None = None
+    # Resume marks, stored with the batch: {meta key: (position, detail)}. Every record the mark
+    # covers (up to `position` of its stream) is in this batch or an earlier one. See `FILE_MARK`.
+    marks: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def counted(self) -> bool:
+        """Whether the batch carries anything for ingest: records, rejects, counts or marks."""
+        return bool(
+            self.records.height or self.rejects.height or self.skipped or self.null_messages
+            or self.known_unread or self.known_before or self.marks
+        )  # fmt: skip
 
 
 class Source(Protocol):

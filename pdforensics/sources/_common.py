@@ -8,6 +8,7 @@ import queue
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -288,16 +289,32 @@ def _offsets_from_raw(raw: pa.Array, base: int) -> pl.Series:
     return ((lengths + 1).cum_sum().shift(1, fill_value=0) + base).alias("off")
 
 
+def skip_bytes(stream: BinaryIO, n: int, path: Path) -> int:
+    """Move `n` bytes into the stream (seek, or read and drop for a decompressed one); bytes moved."""
+    if n <= 0:
+        return 0
+    if hasattr(stream, "seek") and hasattr(stream, "fileno"):
+        return stream.seek(n)
+    done = 0
+    while done < n:
+        got = len(read_chunk(stream, min(CHUNK_BYTES, n - done), path))
+        if not got:
+            break
+        done += got
+    return done
+
+
 def line_chunks(
-    stream: BinaryIO, path: Path, chunk_bytes: int, max_line: int
+    stream: BinaryIO, path: Path, chunk_bytes: int, max_line: int, base: int = 0
 ) -> Iterator[tuple[bytes, int, list[tuple[int, bytes]]]]:
     """Cut a stream into (complete lines, offset of the first, over-long lines seen before them).
 
     A line that outgrows `max_line` without a newline is not buffered further: it is reported
     once as (offset, first bytes) and skipped up to its newline, so memory stays bounded.
     Lines under `max_line` but over the caller's own limit are the caller's to find.
+    `base`: the stream's offset in the file (a reader that skipped what is already stored).
     """
-    carry, base = b"", 0
+    carry = b""
     long: list[tuple[int, bytes]] = []
     skipping: tuple[int, bytes] | None = None
     while True:
@@ -328,21 +345,23 @@ def line_chunks(
 
 
 def split_batch(batch: RecordBatch, size: int) -> Iterator[RecordBatch]:
-    """At most `size` records per batch; counts and rejects ride on the first piece.
+    """At most `size` records per batch; counts and rejects ride on the first piece, marks on the last.
 
-    A batch with no records but with rejects or counts is still yielded (callers total them).
+    A batch with no records but with rejects, counts or marks is still yielded (callers total them).
     """
     size = max(size, 1)
     if batch.records.height <= size:
-        if batch.records.height or batch.rejects.height or batch.skipped or batch.null_messages:
+        if batch.counted():
             yield batch
         return
-    for start in range(0, batch.records.height, size):
-        piece = batch.records.slice(start, size)
+    starts = range(0, batch.records.height, size)
+    for start in starts:
+        piece = RecordBatch(batch.records.slice(start, size))
         if start == 0:
-            yield RecordBatch(piece, batch.rejects, batch.skipped, batch.null_messages)
-        else:
-            yield RecordBatch(piece)
+            piece = replace(batch, records=piece.records, marks={})
+        if start == starts[-1]:
+            piece.marks = batch.marks
+        yield piece
 
 
 _DONE = object()

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import polars as pl
 
 from pdforensics.errors import SourceError
-from pdforensics.sources import RecordBatch, Selection
+from pdforensics.sources import JOURNAL_MARK, RecordBatch, Selection
 from pdforensics.sources._common import JOURNAL_MAGIC, in_background, rejects_frame, split_batch
 from pdforensics.sources._records import ENTRY_FIELDS, journal_records
 from pdforensics.sources.export import ExportParser, export_batches
@@ -47,6 +47,9 @@ GROUP_HINT = "add the user to the systemd-journal group (or adm), or run as root
 _PRIVILEGED_GROUPS = {"systemd-journal", "adm", "wheel"}
 _LOCAL_DIRS = (Path("/var/log/journal"), Path("/run/log/journal"))
 _UNTIL_CHECK = 1024  # entries between checks of the window's end (overshoot is filtered exactly)
+# Entries per python-systemd read block: a block is held as Python objects (~25 fields an entry)
+# until converted, so blocks stay small; ingest coalesces them into store-sized batches.
+BLOCK_ENTRIES = 16_384
 
 
 def python_systemd_available() -> bool:
@@ -113,6 +116,9 @@ class JournalSource:
             self.label = "journal:" + ",".join(str(p.resolve()) for p in self.paths)
         else:
             raise ValueError(f"unknown journal source kind {kind!r}")
+        # Set by ingest from a resume mark (see `resume`): the cursor to re-read from, less `context`.
+        self.resume_cursor: str | None = None
+        self.context = 0
         if force_journalctl or _sd_journal is None:
             found = shutil.which(journalctl)
             if found is None:
@@ -178,6 +184,47 @@ class JournalSource:
         if not os.access(f, os.R_OK):
             raise _unreadable(f)
 
+    # -- resuming ------------------------------------------------------------------------------------
+
+    def mark_key(self, selection: Selection) -> str | None:
+        """The resume mark's key for this selection, or None when a mark would not be sound.
+
+        Sound when python-systemd reads journal files that all share one __SEQNUM_ID: sd_journal then
+        returns their entries in seqnum order, so "every selected entry up to seqnum N is stored"
+        holds after each batch. Entries of several seqnum ids interleave by time (clocks), and a
+        damaged file ends early: those read in full.
+        """
+        if self.reader != "python-systemd" or not self.files:
+            return None
+        headers = [read_header(f) for f in self.files]
+        if any(h is None or h.truncated for h in headers):
+            return None
+        ids = {h.seqnum_id for h in headers if h is not None}
+        if len(ids) != 1:
+            return None
+        w = selection.window
+        return f"{JOURNAL_MARK}{ids.pop()}|{','.join(selection.units)}|{w.since_us}|{w.until_us}"
+
+    def _file_ids(self) -> list[str]:
+        return sorted({h.file_id.hex() for h in (read_header(f) for f in self.files) if h is not None})
+
+    def resume(self, detail: str | None, context: int) -> None:
+        """Re-read from `context` entries before the marked cursor (`detail`: "cursor file_id,...").
+
+        Not when a file holds entries before the mark but was not among the files read then (an
+        older rotated file added since): its entries were never stored.
+        """
+        self.resume_cursor, self.context = None, 0
+        if not detail:
+            return
+        cursor, _, ids = detail.partition(" ")
+        marked = set(ids.split(","))
+        seqnum = _cursor_seqnum(cursor)
+        for h in (read_header(f) for f in self.files):
+            if h is None or (h.n_entries and h.head_seqnum <= seqnum and h.file_id.hex() not in marked):
+                return
+        self.resume_cursor, self.context = cursor, context
+
     # -- reading -------------------------------------------------------------------------------------
 
     def batches(self, selection: Selection, batch_size: int = 100_000) -> Iterator[RecordBatch]:
@@ -191,7 +238,7 @@ class JournalSource:
                     selected += batch.records.height
                     seen += batch.records.height + batch.skipped + batch.rejects.height
                     yield batch
-                if not stopped():
+                if not stopped() and self.resume_cursor is None:  # a resumed read sees only the tail
                     problems += _unread_entries(self.label, headers, seen, selection)
             if problems:
                 yield RecordBatch(rejects=rejects_frame(problems))
@@ -224,14 +271,25 @@ class JournalSource:
         problems: list[tuple[str, str, str, str]] | None = None,
     ) -> Iterator[RecordBatch]:
         j = self._open(files)
+        key = self.mark_key(selection)
+        file_ids = ",".join(self._file_ids()) if key else ""
         try:
-            if selection.window.since_us is not None:
+            resumed = self.resume_cursor is not None and _seek_before(j, self.resume_cursor, self.context)
+            if not resumed and selection.window.since_us is not None:
                 j.seek_realtime(max(selection.window.since_us, 0))
-            more = True
+            more, first = True, resumed
             while more and not stopped():
-                raw, more, error = _read_block(j, batch_size, selection.window.until_us)
+                raw, more, error = _read_block(j, min(batch_size, BLOCK_ENTRIES), selection.window.until_us)
                 if raw.height:
-                    yield from split_batch(journal_records(raw, selection, source=self.label), batch_size)
+                    batch = journal_records(raw, selection, source=self.label)
+                    last = raw["__CURSOR"][-1]
+                    if key:
+                        batch.marks = {key: (_cursor_seqnum(last), f"{last} {file_ids}")}
+                    if first:  # the stored entries before the first one re-read are counted by ingest
+                        head = raw["__CURSOR"][0]
+                        batch.known_before = (_cursor_field(head, "s"), _cursor_seqnum(head))
+                        first = False
+                    yield from split_batch(batch, batch_size)
                 if error is not None:
                     if problems is None:
                         raise SourceError(f"{self.label}: journal read failed: {error.strerror or error}")
@@ -295,8 +353,9 @@ class JournalSource:
 
 # -- damaged journal files: read what is readable, count what is not ---------------------------------
 
-# sd_journal's file header (systemd src/libsystemd/sd-journal/journal-def.h): file_id at 24, header_size
-# and arena_size at 88, n_entries at 152, head/tail entry realtime at 184.
+# sd_journal's file header (systemd src/libsystemd/sd-journal/journal-def.h): file_id at 24, seqnum_id
+# at 72, header_size and arena_size at 88, n_entries at 152, head entry seqnum at 168, head/tail entry
+# realtime at 184.
 _HEADER_BYTES = 208
 _MAX_DECLARED = 64 << 30  # a larger declared size is a damaged header, not a journal file
 
@@ -310,6 +369,8 @@ class JournalHeader:
     n_entries: int
     head_realtime: int
     tail_realtime: int
+    seqnum_id: str = ""  # hex, as in a cursor's s=
+    head_seqnum: int = 0
 
     @property
     def truncated(self) -> bool:
@@ -329,11 +390,14 @@ def read_header(path: Path) -> JournalHeader | None:
     file_id = head[24:40]
     header_size, arena_size = struct.unpack_from("<QQ", head, 88)
     (n_entries,) = struct.unpack_from("<Q", head, 152)
+    (head_seqnum,) = struct.unpack_from("<Q", head, 168)
     head_rt, tail_rt = struct.unpack_from("<QQ", head, 184)
     declared = header_size + arena_size
     if not (_HEADER_BYTES <= header_size <= 4096 and declared <= _MAX_DECLARED and header_size <= size):
         return None
-    return JournalHeader(path, file_id, size, declared, n_entries, head_rt, tail_rt)
+    return JournalHeader(
+        path, file_id, size, declared, n_entries, head_rt, tail_rt, head[72:88].hex(), head_seqnum
+    )
 
 
 @contextlib.contextmanager
@@ -398,6 +462,34 @@ def _unread_entries(
         "`journalctl --verify --file FILE` shows where)"
     )
     return [(label, "journal files", reason, "")]
+
+
+def _cursor_field(cursor: str, name: str) -> str:
+    return next((part[2:] for part in cursor.split(";") if part.startswith(name + "=")), "")
+
+
+def _cursor_seqnum(cursor: str) -> int:
+    return int(_cursor_field(cursor, "i") or "0", 16)
+
+
+def _seek_before(j: Any, cursor: str, context: int) -> bool:
+    """Position `j` so that its next entry is `context` entries before `cursor` (or the first).
+
+    False when the cursor cannot be found (its file was removed): the caller reads from the start.
+    """
+    try:
+        j.seek_cursor(cursor)
+        if not j._next() or not j.test_cursor(cursor):
+            j.seek_head()
+            return False
+        for _ in range(context):
+            if not j._previous():
+                j.seek_head()  # fewer entries before the cursor than `context`: from the first
+                return True
+        return True
+    except OSError:
+        j.seek_head()
+        return False
 
 
 def _at(us: int) -> str:

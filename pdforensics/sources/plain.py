@@ -19,9 +19,11 @@ import polars as pl
 
 from pdforensics.errors import SourceError
 from pdforensics.schema import RECORD_SCHEMA
-from pdforensics.sources import RecordBatch, Selection
+from pdforensics.sources import FILE_MARK, RecordBatch, Selection
 from pdforensics.sources._common import (
     CHUNK_BYTES,
+    GZIP_MAGIC,
+    GunzipStream,
     check_file,
     escape_expr,
     escape_sample,
@@ -31,6 +33,7 @@ from pdforensics.sources._common import (
     open_stream,
     read_head,
     rejects_frame,
+    skip_bytes,
     split_batch,
     split_lines,
     stream_problem,
@@ -74,16 +77,46 @@ class PlainFileSource:
         self.host = host or "local"
         self.unit = unit or unit_from_name(self.path)
         self.chunk_bytes = chunk_bytes
+        with open(self.path, "rb") as f:
+            self.compressed = f.read(2) == GZIP_MAGIC
+        # Set by ingest from the database's file marks (see `resume`): where to start reading.
+        self.start: int | None = 0
+        self.known_unread = 0
+
+    def raw_size(self) -> int:
+        return self.path.stat().st_size
+
+    def resume(self, start: int | None, known_unread: int) -> None:
+        """Read from byte `start` of the stream (None: not at all); the `known_unread` records
+        before it are stored already and are counted, not read."""
+        self.start, self.known_unread = start, known_unread
 
     def batches(self, selection: Selection, batch_size: int = 100_000) -> Iterator[RecordBatch]:
         def produce(stopped: Callable[[], bool]) -> Iterator[RecordBatch]:
+            if self.known_unread:
+                yield RecordBatch(known_unread=self.known_unread)
+            if self.start is None:
+                return
+            # A mark says "every line before here is stored": true only when no window left lines out.
+            w = selection.window
+            mark = FILE_MARK + self.key if w.since_us is None and w.until_us is None else None
             with open_stream(self.path) as stream:
-                for buf, base, long in line_chunks(stream, self.path, self.chunk_bytes, MAX_LINE_BYTES):
-                    yield from split_batch(self._batch(buf, base, long), batch_size)
+                end = start = skip_bytes(stream, self.start, self.path)
+                for buf, base, long in line_chunks(
+                    stream, self.path, self.chunk_bytes, MAX_LINE_BYTES, start
+                ):
+                    end = base + len(buf)
+                    batch = self._batch(buf, base, long)
+                    batch.marks = {mark: (end, "-")} if mark else {}
+                    yield from split_batch(batch, batch_size)
                     if stopped():
                         return
                 if problem := stream_problem(stream, self.label):
                     yield problem
+                else:  # read to its end: the file is stored whole while its raw size stays this
+                    raw = stream.raw if isinstance(stream, GunzipStream) else stream
+                    if mark:
+                        yield RecordBatch(marks={mark: (end, str(raw.tell()))})
 
         return in_background(produce)
 

@@ -26,11 +26,23 @@
 --   SELECT * FROM requests WHERE class <> 'completed';
 --
 -- Layout. DuckDB inlines a view wherever it is referenced, so the rules are grouped into a few
--- one-row "bundles" whose steps are MATERIALIZED CTEs (each computed once), and the other views
+-- one-row "bundles" whose steps are MATERIALIZED CTEs (each computed once), and most other views
 -- are thin projections of them:
---   context   (01)  window, clocks, watchdog, incarnations, restarts, holes, gauge, coverage
---   room_events, inflight_gauge (02), room_facts (03), requests (04): one row per line/sample/request
---   verdict   (06)  counts, pins, holes that decide, abort storms, reasons, the verdict
+--   01_context        `context`: window, clocks, watchdog, incarnations, restarts, holes, gauge
+--   02_context_views  settings, watchdog, clock_window, host_offsets, incarnations, engine_restarts,
+--                     host_gauge, holes, engine_coverage, evidence
+--   03_rows           evt, room_events (= pdf_room_lines(false)), inflight_gauge (one row per line /
+--                     gauge sample)
+--   04_room_facts     room_facts: what both engines logged, one row per bootstrap_room
+--   05_requests       room_state, requests: the class and flags of every request
+--   06_verdict        `verdict`: counts, pins, holes that decide, abort storms, reasons, the verdict
+--   07_findings       coverage, anonymous_pins, abort_storms, verdict_reasons, pins,
+--                     watchdog_firings, abort_races, request_phases
+-- In a plain shell each query plans the whole stack; to ask several questions of a big database,
+-- keep the heavy steps first: CREATE TEMP TABLE context AS FROM context; (then inflight_gauge,
+-- requests, verdict in that order) -- temporary tables win over the views of the same name.
+-- room_facts need not be kept: `requests` computes it once (a MATERIALIZED step), and a table
+-- of a million wide rows costs more to write than the aggregate costs to compute.
 -- Clocks: `ts_us` is each host's own clock; `*_t` columns are on the reference clock (the busiest
 -- prefill host), moved there by `host_offsets`. Durations use `*_t`.
 

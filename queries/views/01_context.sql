@@ -33,14 +33,16 @@ legs AS MATERIALIZED (
     -- a median needs no more than ~25,000 requests: with more, a fixed sample of rooms (by room
     -- number, so both engines' lines of a sampled room are kept)
     SELECT e.bootstrap_room AS room, e.engine, coalesce(e.host, '') AS host, e.event, e.ts_us, e.rid, e.entry_time_us
-    FROM events AS e, w, received_lines AS nr
-    WHERE e.event IN ('request_received', 'request_finished', 'req_time_stats') AND e.engine IN ('prefill', 'decode')
-      AND e.bootstrap_room IS NOT NULL AND e.bootstrap_room <> 0
-      AND coalesce(e.bootstrap_host, '') <> '2.2.2.2'
-      AND NOT (e.event = 'request_finished' AND coalesce(e.finish_type, '') = 'abort')
-      -- the exact per-host window needs the offsets: take ten minutes of slack on each side here
-      AND e.ts_us >= w.start_us - 600000000 AND e.ts_us <= w.end_us + 600000000
-      AND (nr.n <= 50000 OR e.bootstrap_room % (nr.n // 25000)::UBIGINT = 0)
+    FROM events AS e, (SELECT CASE WHEN n <= 50000 THEN 1 ELSE n // 25000 END::UBIGINT AS m FROM received_lines) AS nr, w
+    -- the sample first (a modulus of 1 keeps every room): CASE tests the rest on the kept lines only
+    WHERE CASE WHEN e.bootstrap_room % nr.m = 0 THEN
+        e.event IN ('request_received', 'request_finished', 'req_time_stats') AND e.engine IN ('prefill', 'decode')
+        AND e.bootstrap_room <> 0
+        AND coalesce(e.bootstrap_host, '') <> '2.2.2.2'
+        AND NOT (e.event = 'request_finished' AND coalesce(e.finish_type, '') = 'abort')
+        -- the exact per-host window needs the offsets: take ten minutes of slack on each side here
+        AND e.ts_us >= w.start_us - 600000000 AND e.ts_us <= w.end_us + 600000000
+        ELSE false END
 ),
 recv AS MATERIALIZED (
     -- arrival per room and engine: its Receive line, else its time stats' entry_time (L2)
@@ -119,6 +121,41 @@ hw AS MATERIALIZED (
 -- All hosts' windows at once: aggregates over every line (counts, seconds, identities) use this
 -- cheaper bound; only per-line facts use the exact per-host window (hw).
 gb AS MATERIALIZED (SELECT min(lo_us) AS lo_us, max(hi_us) AS hi_us FROM hw),
+-- One pass over the window's lines per host, engine, second and process identity (invocation id,
+-- else PID): incarnations (ident, anon_lines), the seconds each engine logged in (seconds) and
+-- what each engine logged (logged) are sums of it. own: a line of the engine's own process, not
+-- systemd's or journald's line about its unit.
+line_secs AS MATERIALIZED (
+    SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us // 1000000 AS sec,
+        l.invocation_id, CASE WHEN l.invocation_id IS NULL THEN l.pid END AS pid,
+        -- the cheap tests first: CASE tries the string lists only on lines that carry a process id
+        CASE
+            WHEN l.invocation_id IS NULL AND l.pid IS NULL THEN false
+            WHEN l.pid = 1 THEN false
+            WHEN l.syslog_identifier IN ('systemd', 'systemd-journald', 'init') THEN false
+            WHEN l.event IN ('unit_started', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed',
+                             'journal_suppressed') THEN false
+            ELSE true
+        END AS own,
+        min(l.ts_us) AS lo_us, max(l.ts_us) AS hi_us, count(*) AS n_lines,
+        count(*) FILTER (WHERE l.event IS NOT NULL) AS n_recognised,
+        count(*) FILTER (WHERE l.parse_error IS NOT NULL) AS n_parse_errors,
+        count(*) FILTER (WHERE l.event IS NULL AND l.parse_error IS NULL AND l.cont_of IS NULL) AS n_other_lines,
+        count(*) FILTER (WHERE l.cont_of IS NOT NULL) AS n_continuation
+    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
+    GROUP BY ALL
+),
+-- The same for the window's events, per host, engine, event and second: evidence levels, requests
+-- received per second, the prefill's last evidence.
+event_secs AS MATERIALIZED (
+    SELECT coalesce(e.host, '') AS host, e.engine, e.event, e.ts_us // 1000000 AS sec,
+        max(e.ts_us) AS hi_us,
+        -- health checks go to one engine only: not requests
+        count(*) FILTER (WHERE e.event = 'request_received' AND e.bootstrap_room <> 0
+                           AND coalesce(e.bootstrap_host, '') <> '2.2.2.2') AS n_received
+    FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+    GROUP BY ALL
+),
 
 -- -------------------------------------------------------------------------------- watchdog
 -- The patch prints `inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=Ns` once per
@@ -185,15 +222,9 @@ life AS MATERIALIZED (
                       'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed')
 ),
 ident AS (
-    SELECT coalesce(l.host, '') AS host, l.engine, coalesce(l.invocation_id, l.pid::VARCHAR) AS identity,
-        min(l.ts_us) AS first_us, max(l.ts_us) AS last_us
-    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
-    WHERE l.engine IN ('prefill', 'decode')
-      AND (l.invocation_id IS NOT NULL OR l.pid IS NOT NULL)
-      AND coalesce(l.pid, 0) <> 1
-      AND coalesce(l.syslog_identifier, '') NOT IN ('systemd', 'systemd-journald', 'init')
-      AND coalesce(l.event, '') NOT IN (
-          'unit_started', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed', 'journal_suppressed')
+    SELECT host, engine, coalesce(invocation_id, pid::VARCHAR) AS identity, min(lo_us) AS first_us, max(hi_us) AS last_us
+    FROM line_secs
+    WHERE engine IN ('prefill', 'decode') AND own
     GROUP BY ALL
 ),
 islands AS (
@@ -215,9 +246,9 @@ by_identity AS (
     FROM numbered GROUP BY host, engine, k
 ),
 anon_lines AS (
-    SELECT coalesce(l.host, '') AS host, l.engine, min(l.ts_us) AS start_us
-    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
-    WHERE l.engine IN ('prefill', 'decode') AND l.invocation_id IS NULL AND l.pid IS NULL
+    SELECT host, engine, min(lo_us) AS start_us
+    FROM line_secs
+    WHERE engine IN ('prefill', 'decode') AND invocation_id IS NULL AND pid IS NULL
     GROUP BY ALL
 ),
 anon_marks AS (
@@ -245,10 +276,9 @@ spans AS MATERIALIZED (
 ),
 seconds AS MATERIALIZED (
     -- seconds in which each engine host logged anything: cheap to scan for ends and gaps
-    SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us // 1000000 AS sec,
-        min(l.ts_us) AS lo_us, max(l.ts_us) AS hi_us, count(*) AS n_lines
-    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
-    WHERE l.engine IN ('prefill', 'decode')
+    SELECT host, engine, sec, min(lo_us) AS lo_us, max(hi_us) AS hi_us, sum(n_lines)::BIGINT AS n_lines
+    FROM line_secs
+    WHERE engine IN ('prefill', 'decode')
     GROUP BY ALL
 ),
 marks AS (
@@ -383,27 +413,27 @@ gauge AS MATERIALIZED (
 
 -- ------------------------------------------------------------------------ what was logged
 levels_seen AS MATERIALIZED (
-    SELECT coalesce(e.host, '') AS host, e.engine,
+    SELECT host, engine,
         CASE
-            WHEN bool_or(e.event = 'abort_request') THEN 'L3'
-            WHEN bool_or(e.event = 'req_time_stats') THEN 'L2'
-            WHEN bool_or(e.event IN ('request_received', 'request_finished')) THEN 'L1'
+            WHEN bool_or(event = 'abort_request') THEN 'L3'
+            WHEN bool_or(event = 'req_time_stats') THEN 'L2'
+            WHEN bool_or(event IN ('request_received', 'request_finished')) THEN 'L1'
             ELSE 'L0'
         END AS evidence_level
-    FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
-    WHERE e.event IN ('abort_request', 'req_time_stats', 'request_received', 'request_finished', 'prefill_stats', 'decode_stats')
+    FROM event_secs
+    WHERE event IN ('abort_request', 'req_time_stats', 'request_received', 'request_finished', 'prefill_stats', 'decode_stats')
     GROUP BY ALL
 ),
 logged AS MATERIALIZED (
     -- lines from other programs (shell helpers, library warnings, tracebacks) are counted, never holes
-    SELECT coalesce(l.host, '') AS host, l.engine,
-        count(*) AS n_lines,
-        count(*) FILTER (WHERE l.event IS NOT NULL) AS n_recognised,
-        count(*) FILTER (WHERE l.parse_error IS NOT NULL) AS n_parse_errors,
-        count(*) FILTER (WHERE l.event IS NULL AND l.parse_error IS NULL AND l.cont_of IS NULL) AS n_other_lines,
-        count(*) FILTER (WHERE l.cont_of IS NOT NULL) AS n_continuation,
-        min(l.ts_us) AS first_us, max(l.ts_us) AS last_us
-    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
+    SELECT host, engine,
+        sum(n_lines)::BIGINT AS n_lines,
+        sum(n_recognised)::BIGINT AS n_recognised,
+        sum(n_parse_errors)::BIGINT AS n_parse_errors,
+        sum(n_other_lines)::BIGINT AS n_other_lines,
+        sum(n_continuation)::BIGINT AS n_continuation,
+        min(lo_us) AS first_us, max(hi_us) AS last_us
+    FROM line_secs
     GROUP BY ALL
 ),
 coverage_by_engine AS MATERIALIZED (
@@ -459,9 +489,9 @@ received AS MATERIALIZED (
     -- requests received per second; health checks go to one engine only, so they do not count
     SELECT r.engine, (r.sec * 1000000 - coalesce(any_value(o.offset_us), 0)) // 1000000 AS sec, sum(r.n) AS n
     FROM (
-        SELECT coalesce(e.host, '') AS host, e.engine, e.ts_us // 1000000 AS sec, count(*) AS n
-        FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
-        WHERE e.event = 'request_received' AND e.bootstrap_room <> 0 AND coalesce(e.bootstrap_host, '') <> '2.2.2.2'
+        SELECT host, engine, sec, sum(n_received)::BIGINT AS n
+        FROM event_secs
+        WHERE event = 'request_received' AND n_received > 0
         GROUP BY ALL
     ) AS r
     LEFT JOIN offsets AS o USING (host)
@@ -518,10 +548,9 @@ holes_raw AS (
 ),
 prefill_evidence AS MATERIALIZED (
     -- what the prefill side last showed, per host
-    SELECT coalesce(e.host, '') AS host, max(e.ts_us - coalesce(o.offset_us, 0)) AS last_t
-    FROM events AS e
-    JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
-    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    SELECT e.host, max(e.hi_us - coalesce(o.offset_us, 0)) AS last_t
+    FROM event_secs AS e
+    LEFT JOIN offsets AS o ON o.host = e.host
     WHERE e.engine = 'prefill'
       AND e.event IN ('prefill_stats', 'request_received', 'request_finished', 'req_time_stats',
                       'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',

@@ -13,18 +13,32 @@ JOIN o ON o.host = coalesce(e.host, '') AND e.ts_us >= o.lo_us AND e.ts_us <= o.
 -- reason_kind sorts failure lines: 'watchdog' (the patch force-failed it), 'abort' (AbortReq,
 -- client disconnect, decode-side abort notification), 'propagated' (another TP rank's failure,
 -- no reason of its own), 'failure' (timeouts, session/transport errors, lost connection).
-CREATE OR REPLACE VIEW room_events AS
+-- pdf_room_lines(false) is room_events; pdf_room_lines(true) its failure, abort and watchdog lines
+-- alone (room_facts' second pass), read with one equality test per event: an IN list is not
+-- pushed into the scan, and these lines are few among millions.
+CREATE OR REPLACE MACRO pdf_room_lines(rare_only) AS TABLE
 WITH c AS MATERIALIZED (SELECT host_offsets, abort_rooms, start_given, end_given, end_t FROM context),
 o AS (SELECT unnest(host_offsets, recursive := true) FROM c),
 ar AS (SELECT unnest(abort_rooms, recursive := true) FROM c),
+src AS (
+    SELECT * FROM events WHERE NOT rare_only
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'request_finished' AND finish_type = 'abort'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'prefill_bootstrap_failed'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'prefill_transfer_failed'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'decode_handshake_failed'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'decode_transfer_failed'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'transfer_error'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'watchdog_fired'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'abort_request'
+),
 e AS (
     SELECT x.* REPLACE (coalesce(x.host, '') AS host), o.offset_us
-    FROM events AS x
+    FROM src AS x
     JOIN o ON o.host = coalesce(x.host, '') AND x.ts_us >= o.lo_us AND x.ts_us <= o.hi_us
     WHERE x.bootstrap_room IS NOT NULL
     UNION ALL
     SELECT x.* REPLACE (coalesce(x.host, '') AS host, ar.room AS bootstrap_room), o.offset_us
-    FROM events AS x
+    FROM src AS x
     JOIN ar ON ar.line_id = x.line_id
     JOIN o ON o.host = coalesce(x.host, '') AND x.ts_us >= o.lo_us AND x.ts_us <= o.hi_us
     WHERE x.event = 'abort_request' AND x.bootstrap_room IS NULL
@@ -32,18 +46,20 @@ e AS (
     -- lines with no time at all (pasted without their prefix): somewhere in the data, so placed
     -- at its end, unless the user asked for a window
     SELECT x.* REPLACE (coalesce(x.host, '') AS host, c.end_t AS ts_us), 0
-    FROM events AS x, c
+    FROM src AS x, c
     WHERE x.ts_us IS NULL AND x.bootstrap_room IS NOT NULL AND NOT (c.start_given OR c.end_given)
 )
 SELECT
     e.*,
     e.ts_us - e.offset_us AS t_us,
     CASE
+        -- the lines most requests have first: CASE tries the later branches on the rest only
+        WHEN e.event = 'request_received' OR e.event = 'req_time_stats' THEN NULL
+        WHEN e.event = 'request_finished' AND coalesce(e.finish_type, '') <> 'abort' THEN NULL
         WHEN e.event NOT IN (
             'prefill_bootstrap_failed', 'prefill_transfer_failed', 'decode_handshake_failed',
             'decode_transfer_failed', 'transfer_error', 'request_finished', 'watchdog_fired', 'abort_request'
         ) THEN NULL
-        WHEN e.event = 'request_finished' AND coalesce(e.finish_type, '') <> 'abort' THEN NULL
         WHEN e.event = 'watchdog_fired' OR e.reason ILIKE '%inflight watchdog%' THEN 'watchdog'
         WHEN e.event = 'abort_request' THEN 'abort'
         WHEN e.reason ILIKE '%unknown reason from another rank%' THEN 'propagated'
@@ -56,6 +72,9 @@ FROM e
 WHERE e.bootstrap_room <> 0
   AND coalesce(e.bootstrap_host, '') <> '2.2.2.2'
   AND NOT starts_with(coalesce(e.rid, ''), 'HEALTH_CHECK');
+
+CREATE OR REPLACE VIEW room_events AS
+SELECT * FROM pdf_room_lines(false);
 
 -- The prefill `Prefill batch` samples: floor = #inflight-req - #new-seq (pdf_floor), per
 -- stats-logging rank and prefill incarnation. `host_gauge` summarises them.

@@ -59,7 +59,7 @@ rare_lines AS (
             WHEN 'decode_transfer_failed' THEN 16
         END AS k,
         CASE reason_kind WHEN 'abort' THEN 1 WHEN 'failure' THEN 2 WHEN 'propagated' THEN 3 WHEN 'watchdog' THEN 4 END AS rk
-    FROM room_events
+    FROM pdf_room_lines(true)
     WHERE event IN ('request_finished', 'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',
                     'watchdog_fired', 'abort_request', 'decode_handshake_failed', 'decode_transfer_failed')
       AND reason_kind IS NOT NULL

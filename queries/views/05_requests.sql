@@ -51,6 +51,8 @@ holes AS MATERIALIZED (SELECT unnest(holes, recursive := true) FROM c),
 gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
 prefill_hosts AS MATERIALIZED (SELECT unnest(prefill_hosts) AS host FROM c),
 ig AS MATERIALIZED (SELECT host, t_us, queue_req FROM inflight_gauge),
+-- every request, computed once (room_facts is the heavy step: one aggregate over the room lines)
+rs AS MATERIALIZED (SELECT * FROM room_state),
 
 -- Requests the prefill may still hold, judged against the timeout.
 --   pin_start: from when it was surely past the prefill's waiting queue and still held:
@@ -75,7 +77,7 @@ held_by_prefill AS MATERIALIZED (
         -- at L0 the room may not name its prefill: with one prefill host it can only be that one
         coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1 THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
         (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts
-    FROM room_state AS r
+    FROM rs AS r
     WHERE r.prefill_may_hold
 ),
 sampled AS (
@@ -144,30 +146,30 @@ po AS MATERIALIZED (
 decode_gone AS MATERIALIZED (
     -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
     SELECT b.bootstrap_room, min(x.gone_t) AS d_gone_t
-    FROM room_state AS b JOIN restarts AS x
+    FROM rs AS b JOIN restarts AS x
       ON x.engine = 'decode' AND x.host = coalesce(b.d_host, x.host) AND x.gone_t >= b.decode_from
     WHERE NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
       AND (b.d_first IS NOT NULL OR (SELECT decode_logged FROM c))
     GROUP BY b.bootstrap_room
 ),
--- Who holds it at the window end, and its life on the reference clock (a narrow pass).
-held AS (
-    SELECT b.bootstrap_room, b.p_host, b.d_host, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t,
+-- Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined
+-- (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row.
+held AS NOT MATERIALIZED (
+    SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids,
         CASE
             WHEN b.prefill_may_hold AND o.status NOT IN ('gone', 'released') THEN 'prefill'
             WHEN NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
                  AND (b.d_first IS NOT NULL OR c.decode_logged) AND dg.d_gone_t IS NULL THEN 'decode'
         END AS holder_at_end,
         least(coalesce(o.obs_end, c.end_t), coalesce(dg.d_gone_t, c.end_t)) AS open_until,
-        least(b.p_first, b.d_first) AS life_start,
-        b.p_last, b.d_last
-    FROM room_state AS b
-    CROSS JOIN c
+        least(b.p_first, b.d_first) AS life_start
+    FROM rs AS b
+    CROSS JOIN (SELECT end_t, decode_logged FROM c) AS c
     LEFT JOIN po AS o USING (bootstrap_room)
     LEFT JOIN decode_gone AS dg USING (bootstrap_room)
 ),
-lived AS MATERIALIZED (
-    SELECT bootstrap_room, p_host, p_host_eff, d_host, status, p_gone_t, d_gone_t, holder_at_end, open_until, life_start,
+lived AS NOT MATERIALIZED (
+    SELECT *,
         CASE WHEN holder_at_end IS NOT NULL OR status IN ('pinned', 'hidden', 'waiting_queue', 'young')
              THEN open_until
              ELSE greatest(p_last, d_last, p_gone_t, d_gone_t) END AS life_end
@@ -188,16 +190,15 @@ across AS (
     GROUP BY l.bootstrap_room
 ),
 classed AS (
-    SELECT r.*, l.status, l.p_gone_t, l.d_gone_t, l.holder_at_end, l.open_until, l.life_start, l.life_end,
-        l.p_host_eff, o.pin_start, o.deadline, o.hole_ids,
+    SELECT r.*,
         a.bootstrap_room IS NOT NULL AS across_restart,
         CASE
             WHEN r.wd_at IS NOT NULL OR r.wd_reason_at IS NOT NULL THEN 'watchdog_fired'
             -- 'hidden': it looks pinned, but a hole may hide its end; the verdict treats it as undecided
-            WHEN l.status IN ('pinned', 'hidden') THEN 'silent_pin'
+            WHEN r.status IN ('pinned', 'hidden') THEN 'silent_pin'
             WHEN r.any_failure THEN 'transfer_failed'
             WHEN r.any_abort THEN 'aborted'
-            WHEN l.status IN ('gone', 'released') OR l.d_gone_t IS NOT NULL THEN 'lost'
+            WHEN r.status IN ('gone', 'released') OR r.d_gone_t IS NOT NULL THEN 'lost'
             -- without any decode line in the window, the prefill's own Finish is all there is to see
             WHEN r.d_completed
                  OR (NOT (SELECT decode_logged FROM c) AND (r.p_done IS NOT NULL OR r.p_stats_at IS NOT NULL)) THEN 'completed'
@@ -210,9 +211,7 @@ classed AS (
             OR coalesce(r.p_finish_reason ILIKE 'Prefill transfer failed%abort%', false)
             OR (coalesce(r.d_xfer_abort, false) AND r.p_end IS NULL)
             AS abort_race
-    FROM room_state AS r
-    JOIN lived AS l USING (bootstrap_room)
-    LEFT JOIN po AS o USING (bootstrap_room)
+    FROM lived AS r
     LEFT JOIN across AS a USING (bootstrap_room)
 )
 SELECT
@@ -231,16 +230,20 @@ SELECT
     -- dwell: time held by the prefill, measured as well as the evidence allows (dwell_basis)
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN wd_dwell_s
+        -- it left the queue unseen, somewhere before the queues were seen empty: no honest number
+        WHEN status = 'released' THEN NULL
         -- the line's own time may be truncated to the second (plain files): never below 0
         WHEN p_inflight_entry IS NOT NULL THEN greatest(coalesce(p_end, open_until) - p_inflight_entry, 0) / 1e6
         WHEN p_recv IS NOT NULL THEN (coalesce(p_end, open_until) - p_recv) / 1e6
-        WHEN prefill_may_hold AND pin_start IS NOT NULL THEN (open_until - pin_start) / 1e6
+        -- from the decode's handshake only while a known prefill may hold it: otherwise it is made up
+        WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill' THEN (open_until - pin_start) / 1e6
     END AS dwell_s,
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN 'watchdog line'
+        WHEN status = 'released' THEN NULL
         WHEN p_inflight_entry IS NOT NULL THEN 'time stats (inflight entry)'
         WHEN p_recv IS NOT NULL THEN 'prefill Receive (upper bound)'
-        WHEN prefill_may_hold AND pin_start IS NOT NULL THEN 'decode handshake done (lower bound)'
+        WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill' THEN 'decode handshake done (lower bound)'
     END AS dwell_basis,
     evidence_level,
     -- the prefill may still hold it and it is not decided: a hole over it can matter

@@ -14,7 +14,7 @@ c AS MATERIALIZED (SELECT * FROM context),
 rq AS MATERIALIZED (
     SELECT bootstrap_room, room, class, prefill_status, holder_at_end, p_host, might_be_stuck, first_t, last_t,
         hole_ids, dwell_s, dwell_basis, abort_race, across_restart, aborted_t, abort_race_outcome, undecided_reason,
-        watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s
+        watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t
     FROM requests
 ),
 holes AS MATERIALIZED (SELECT unnest(holes, recursive := true) FROM c),
@@ -22,23 +22,24 @@ gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
 restarts AS MATERIALIZED (SELECT unnest(engine_restarts, recursive := true) FROM c),
 engines AS MATERIALIZED (SELECT unnest(engine_coverage, recursive := true) FROM c),
 tp AS (SELECT unnest(prefill_tp_ranks, recursive := true) FROM c),
-ig AS MATERIALIZED (SELECT t_us, floor, inflight_req FROM inflight_gauge),
+ig AS MATERIALIZED (SELECT host, dp_rank, tp_rank, incarnation, t_us, floor, inflight_req FROM inflight_gauge),
 
 counts AS MATERIALIZED (
+    -- a few groups first, then their sums: one aggregate over every request instead of twelve
     SELECT
-        count(*) FILTER (WHERE class = 'watchdog_fired') AS watchdog_fired,
-        count(*) FILTER (WHERE class = 'silent_pin') AS silent_pin,
-        count(*) FILTER (WHERE class = 'silent_pin' AND prefill_status = 'pinned') AS proven_pins,
-        count(*) FILTER (WHERE class = 'transfer_failed') AS transfer_failed,
-        count(*) FILTER (WHERE class = 'aborted') AS aborted,
-        count(*) FILTER (WHERE class = 'lost') AS lost,
-        count(*) FILTER (WHERE class = 'completed') AS completed,
-        count(*) FILTER (WHERE class = 'in_flight') AS in_flight,
-        count(*) FILTER (WHERE prefill_status IN ('hidden', 'waiting_queue', 'no_prefill')) AS undecided,
-        count(*) FILTER (WHERE abort_race) AS abort_races,
-        count(*) FILTER (WHERE across_restart) AS across_restart,
-        count(*) AS requests
-    FROM rq
+        coalesce(sum(n) FILTER (WHERE class = 'watchdog_fired'), 0)::BIGINT AS watchdog_fired,
+        coalesce(sum(n) FILTER (WHERE class = 'silent_pin'), 0)::BIGINT AS silent_pin,
+        coalesce(sum(n) FILTER (WHERE class = 'silent_pin' AND prefill_status = 'pinned'), 0)::BIGINT AS proven_pins,
+        coalesce(sum(n) FILTER (WHERE class = 'transfer_failed'), 0)::BIGINT AS transfer_failed,
+        coalesce(sum(n) FILTER (WHERE class = 'aborted'), 0)::BIGINT AS aborted,
+        coalesce(sum(n) FILTER (WHERE class = 'lost'), 0)::BIGINT AS lost,
+        coalesce(sum(n) FILTER (WHERE class = 'completed'), 0)::BIGINT AS completed,
+        coalesce(sum(n) FILTER (WHERE class = 'in_flight'), 0)::BIGINT AS in_flight,
+        coalesce(sum(n) FILTER (WHERE prefill_status IN ('hidden', 'waiting_queue', 'no_prefill')), 0)::BIGINT AS undecided,
+        coalesce(sum(n) FILTER (WHERE abort_race), 0)::BIGINT AS abort_races,
+        coalesce(sum(n) FILTER (WHERE across_restart), 0)::BIGINT AS across_restart,
+        coalesce(sum(n), 0)::BIGINT AS requests
+    FROM (SELECT class, prefill_status, abort_race, across_restart, count(*) AS n FROM rq GROUP BY ALL)
 ),
 
 -- ------------------------------------------------------------------------ anonymous pins
@@ -53,7 +54,11 @@ named AS (
     SELECT p_host AS host,
         count(*) FILTER (WHERE class = 'silent_pin' OR prefill_status IN ('hidden', 'waiting_queue')) AS named_old,
         count(*) FILTER (WHERE holder_at_end = 'prefill') AS named_open
-    FROM rq WHERE p_host IS NOT NULL GROUP BY p_host
+    FROM rq
+    WHERE p_host IS NOT NULL
+      -- only those counted: a host with none is a host with zeros (joined with coalesce below)
+      AND (class = 'silent_pin' OR prefill_status IN ('hidden', 'waiting_queue') OR holder_at_end = 'prefill')
+    GROUP BY p_host
 ),
 per_host AS (
     SELECT g.host,
@@ -64,18 +69,117 @@ per_host AS (
     FROM gauge AS g CROSS JOIN c
     GROUP BY g.host, c.stuck_us
 ),
-anon AS MATERIALIZED (
+host_level AS (
+    SELECT host, max(evidence_level) AS evidence_level FROM engines WHERE engine = 'prefill' GROUP BY host
+),
+-- L1+ (requests logged): the request log bounds the unnamed. Every request that entered the prefill
+-- in the window is named by its Receive:, every one that left by its terminal line (Finish:, a
+-- failure, the watchdog), so an unnamed request was held since before the prefill's first line
+-- and never left. named_open(t) counts the named requests the prefill may hold at a batch line
+-- t: Receive: at or before it (a request with a terminal line and no Receive: from its
+-- incarnation's start), no terminal line before it. Same-time lines count as held (1-s prefixes
+-- tie a whole second: the order within it is not taken from the file), and Receive: / Finish:
+-- bracket the scheduler's hold, so named_open(t) is at least the named requests in the inflight
+-- queue and floor(t) - named_open(t) at most the unnamed ones in it. Those stay there to the
+-- stream's end (an unnamed request never leaves), so each sample of the stretch proves
+-- floor - named_open anonymous pins, and the most any sample proves is what is claimed (never
+-- more than the gauge's pinned_floor - named pins). A busy queue whose every request is named
+-- proves none, however high its floor. TP ranks report one queue (the most any proves), DP
+-- ranks and incarnations add up. named_open is a sort-merge per prefill host and incarnation: a
+-- running sum of +1 entries / -1 exits over the samples, by t_us (requests' prefill_received_t /
+-- prefill_end_t and the samples are lines of the same host, moved by the same offset).
+-- Not applied on a host with a hole on its prefill (a Receive: lost in it would leave a request
+-- unnamed): there the gauge bound stands, reported as an upper bound.
+refine_hosts AS MATERIALIZED (
+    SELECT a.host
+    FROM per_host AS a JOIN host_level AS e USING (host)
+    WHERE a.pinned_floor > 0 AND e.evidence_level >= 'L1'
+      AND NOT EXISTS (
+          SELECT 1 FROM holes AS x
+          WHERE x.engine = 'prefill' AND x.kind <> 'engine_down' AND (x.host = a.host OR x.host = ''))
+),
+pinc AS (
+    SELECT x.host, x.incarnation, x.start_t, lead(x.start_t) OVER (PARTITION BY x.host ORDER BY x.start_t) AS next_t
+    FROM (SELECT unnest(incarnations, recursive := true) FROM c) AS x
+    WHERE x.engine = 'prefill'
+),
+stretch AS MATERIALIZED (
+    -- per stream, where the stretch pinned_floor is taken from begins: its last sample a full
+    -- timeout+grace before the stream's last one
+    SELECT host, incarnation, dp_rank, tp_rank, max(t_us) FILTER (WHERE t_us <= last_t - stuck_us) AS t0
+    FROM (
+        SELECT s.host, s.incarnation, s.dp_rank, s.tp_rank, s.t_us, c.stuck_us,
+            max(s.t_us) OVER (PARTITION BY s.host, s.incarnation, s.dp_rank, s.tp_rank) AS last_t
+        FROM ig AS s, c WHERE s.host IN (SELECT host FROM refine_hosts)
+    )
+    GROUP BY ALL
+),
+placed AS MATERIALIZED (
+    -- the requests the prefill may still have held in a stretch: their Receive: and first prefill
+    -- terminal line (Finish:, a failure, the watchdog), each in the incarnation it was logged in
+    -- (a restart empties the queue); the many that left before every stretch began cannot count
+    -- A request named by other lines only (neither Receive: nor an end) counts as held from the
+    -- start of the incarnation of its first line to the stream's end.
+    SELECT r.p_host AS host, r.prefill_received_t AS enter_t, r.prefill_end_t AS leave_t,
+        coalesce(i_in.incarnation, 1) AS inc_in, coalesce(i_out.incarnation, 1) AS inc_out
+    FROM rq AS r
+    JOIN (SELECT host, min(t0) AS t_lo FROM stretch GROUP BY host) AS h
+      ON h.host = r.p_host AND coalesce(r.prefill_end_t, 9223372036854775807) >= h.t_lo
+    LEFT JOIN pinc AS i_in ON i_in.host = r.p_host AND r.prefill_received_t >= i_in.start_t
+     AND (i_in.next_t IS NULL OR r.prefill_received_t < i_in.next_t)
+    LEFT JOIN pinc AS i_out ON i_out.host = r.p_host AND coalesce(r.prefill_end_t, r.first_t) >= i_out.start_t
+     AND (i_out.next_t IS NULL OR coalesce(r.prefill_end_t, r.first_t) < i_out.next_t)
+),
+merged AS (
+    -- ord breaks ties of equal times: entries, then samples, then exits (held when unsure)
+    SELECT host, inc_in AS incarnation, enter_t AS t_us, 0 AS ord, 1 AS delta,
+        NULL::BIGINT AS floor, NULL::INTEGER AS dp_rank, NULL::INTEGER AS tp_rank
+    FROM placed WHERE enter_t IS NOT NULL
+    UNION ALL
+    SELECT host, inc_out, -9223372036854775807, 0, 1, NULL, NULL, NULL
+    FROM placed WHERE enter_t IS NULL OR (leave_t IS NOT NULL AND inc_in <> inc_out)
+    UNION ALL
+    SELECT host, inc_out, leave_t, 2, -1, NULL, NULL, NULL
+    FROM placed WHERE leave_t IS NOT NULL
+    UNION ALL
+    SELECT s.host, s.incarnation, s.t_us, 1, 0, s.floor, s.dp_rank, s.tp_rank
+    FROM ig AS s
+    JOIN stretch AS st USING (host, incarnation, dp_rank, tp_rank)
+    WHERE s.t_us >= st.t0
+),
+stream_proof AS (
+    -- floor - named_open at each sample of the stretch; the most any proves, per stream
+    SELECT host, incarnation, dp_rank, tp_rank, greatest(max(floor - named_open), 0) AS proven
+    FROM (
+        SELECT *, sum(delta) OVER (PARTITION BY host, incarnation ORDER BY t_us, ord ROWS UNBOUNDED PRECEDING) AS named_open
+        FROM merged
+    )
+    WHERE ord = 1
+    GROUP BY ALL
+),
+host_bound AS (
+    SELECT host, sum(proven)::BIGINT AS bound
+    FROM (SELECT host, incarnation, dp_rank, max(proven) AS proven FROM stream_proof GROUP BY ALL)
+    GROUP BY host
+),
+anon_x AS MATERIALIZED (
     SELECT
         h.host, h.samples, h.last_sample_t, h.pinned_floor, h.pinned_since,
-        greatest(h.pinned_floor - coalesce(n.named_old, 0), 0)::BIGINT AS anonymous_pins,
+        greatest(least(h.pinned_floor - coalesce(n.named_old, 0), coalesce(hb.bound, h.pinned_floor)), 0)::BIGINT
+            AS anonymous_pins,
         h.open_floor, h.open_since,
         coalesce(e.evidence_level >= 'L1', false) AS requests_logged,
         h.open_old AND NOT coalesce(e.evidence_level >= 'L1', false)
-            AND h.open_floor + h.pinned_floor > coalesce(n.named_open, 0) AS unresolved
+            AND h.open_floor + h.pinned_floor > coalesce(n.named_open, 0) AS unresolved,
+        hb.bound IS NOT NULL AS bounded_by_names,
+        greatest(h.pinned_floor - coalesce(n.named_old, 0), 0)::BIGINT AS gauge_pins
     FROM per_host AS h
     LEFT JOIN named AS n USING (host)
-    LEFT JOIN (SELECT host, max(evidence_level) AS evidence_level FROM engines WHERE engine = 'prefill' GROUP BY host) AS e
-      USING (host)
+    LEFT JOIN host_level AS e USING (host)
+    LEFT JOIN host_bound AS hb USING (host)
+),
+anon AS MATERIALIZED (
+    SELECT * EXCLUDE (bounded_by_names, gauge_pins) FROM anon_x
 ),
 
 -- ------------------------------------------------------------------------------ coverage
@@ -237,10 +341,22 @@ reasons AS MATERIALIZED (
     FROM pinned AS p, c WHERE p.n > 0
     UNION ALL
     SELECT 11, 'missed',
-        format('{}: the #inflight-req floor stayed at {} from {} to the last batch line at {} and never returned to 0: {} anonymous pin(s)',
+        format('{}: the #inflight-req floor stayed at {} from {} to the last batch line at {} and never returned to 0: {}',
             CASE WHEN host = '' THEN 'prefill' ELSE 'prefill ' || host END, pinned_floor,
-            pdf_ts(pinned_since), pdf_ts(last_sample_t), anonymous_pins)
-    FROM anon WHERE anonymous_pins > 0
+            pdf_ts(pinned_since), pdf_ts(last_sample_t),
+            CASE WHEN bounded_by_names
+                THEN format('{} anonymous pin(s), requests no line names that were in the queue at a batch line beyond every named request the prefill may have held then (the gauge alone would allow up to {})',
+                    anonymous_pins, gauge_pins)
+                WHEN requests_logged
+                THEN format('up to {} anonymous pin(s), an upper bound from the gauge (the floor less the named pins; a hole on the prefill keeps the request log from narrowing it)', anonymous_pins)
+                ELSE format('up to {} anonymous pin(s), an upper bound from the gauge (the floor less the named pins; no request log names the rest)', anonymous_pins) END)
+    FROM anon_x WHERE anonymous_pins > 0
+    UNION ALL
+    SELECT 12, 'gauge',
+        format('{}: the #inflight-req floor stayed at {} from {} to the last batch line at {}, but at a batch line in that stretch the requests the request log names as possibly held were as many as the floor: no anonymous pin is proven (the gauge alone would allow up to {})',
+            CASE WHEN host = '' THEN 'prefill' ELSE 'prefill ' || host END, pinned_floor,
+            pdf_ts(pinned_since), pdf_ts(last_sample_t), gauge_pins)
+    FROM anon_x WHERE bounded_by_names AND anonymous_pins = 0 AND gauge_pins > 0
     UNION ALL
     SELECT 20, 'fired',
         format('the watchdog force-failed {} request(s), dwell {:.1f}-{:.1f} s{}{}',

@@ -273,7 +273,8 @@
     var pre = h("pre", { class: "raw" });
     lines.forEach(function (l) {
       pre.appendChild(h("span", { class: "ln", text: fmtTime(l.t_us) + " " + (l.host || "") + " " + (l.unit || "") + " | " }));
-      pre.appendChild(document.createTextNode(l.message + "\n"));
+      pre.appendChild(h("span", { class: "msg" }, l.message));  // (a bidi isolate: see report.css)
+      pre.appendChild(document.createTextNode("\n"));
     });
     box.appendChild(pre);
     box.scrollIntoView({ block: "start" });
