@@ -49,6 +49,15 @@ def print_ingest_summary(s: IngestSummary) -> None:
         f"parse errors {s.parse_errors:,}",
         markup=False,
     )
+    if s.records == 0:
+        # An empty ingest is the "found nothing" an operator must not mistake for "nothing happened".
+        con.print(
+            "  nothing was read: no record in the window for the unit globs "
+            "(--since/--until; --unit, default sglang*, `--unit '*'` takes every unit)"
+            if s.skipped == 0
+            else f"  nothing was selected: all {s.skipped:,} records read were outside the unit globs or the window",
+            markup=False,
+        )
     if s.null_messages:
         con.print(
             f"  {s.null_messages:,} records had a null MESSAGE (journalctl -o json drops fields over 4 KiB "

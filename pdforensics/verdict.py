@@ -350,7 +350,9 @@ def render_text(v: Verdict, max_requests: int = 200) -> str:
     """The verdict for a terminal: verdict, reasons, counts, then the requests that did not complete."""
     out = [
         f"verdict: {v.verdict}",
-        f"window:  {iso(v.window_start_us)} .. {iso(v.window_end_us)}",
+        f"window:  {iso(v.window_start_us)} .. {iso(v.window_end_us)}"
+        if v.window_start_us is not None or v.window_end_us is not None
+        else "window:  none (no line in the database, or none in the window asked for)",
         f"watchdog: timeout {v.timeout_s:g} s ({v.timeout_source}); deployed: "
         f"{'unknown' if v.deployed is None else 'yes' if v.deployed else 'no'} ({v.deployed_basis})"
         if v.timeout_s is not None

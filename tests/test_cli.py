@@ -72,3 +72,17 @@ def test_empty_or_binary_files_never_traceback(tmp_path: Path, content: bytes) -
     proc = run("ingest", "--db", str(tmp_path / "a.duckdb"), "--file", str(f), "--quiet")
     assert "Traceback" not in proc.stderr
     assert proc.returncode in (0, 3), proc.stderr
+
+
+def test_an_empty_ingest_says_so_and_the_verdict_names_no_window(tmp_path: Path) -> None:
+    # "Found nothing" must not read like "nothing happened": the operator is told what to widen.
+    f = tmp_path / "empty.log"
+    f.write_bytes(b"")
+    db = str(tmp_path / "a.duckdb")
+    proc = run("ingest", "--db", db, "--file", str(f))
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing was read" in proc.stdout
+    verdict = run("verdict", "--db", db)
+    assert verdict.returncode == 0, verdict.stderr
+    assert "window:  none (no line in the database" in verdict.stdout
+    assert "inconclusive" in verdict.stdout.splitlines()[0]
