@@ -469,14 +469,16 @@ def request_timeline(
         [str(room)],
     )
     r = req[0]
-    return Timeline(bootstrap_room=str(room), request=r, phases=phases, lines=lines, evidence=_evidence(r))
+    return Timeline(
+        bootstrap_room=str(room), request=r, phases=phases, lines=lines, evidence=evidence_text(r)
+    )
 
 
 def _fmt_t(t_us: int | None) -> str:
     return iso(t_us) or "?"
 
 
-def _evidence(r: dict[str, Any]) -> list[str]:
+def evidence_text(r: dict[str, Any]) -> list[str]:
     """Why the request got its class, in words."""
     out: list[str] = [f"class {r['class']} (evidence {r['evidence_level']})"]
     cls = r["class"]

@@ -657,8 +657,7 @@ def _why(r: dict[str, Any]) -> list[str]:
     """Why the request got its class, in the verdict module's words."""
     from pdforensics import verdict
 
-    explain = getattr(verdict, "evidence_text", None) or verdict._evidence
-    return [str(x) for x in explain(r)]
+    return [str(x) for x in verdict.evidence_text(r)]
 
 
 def _facts(r: dict[str, Any]) -> list[list[Any]]:
