@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from pdforensics.errors import PdfError, UsageError
+from pdforensics.errors import PdfError, UsageError, is_interrupt
 
 app = typer.Typer(
     name="pdforensics",
@@ -261,15 +261,6 @@ def catalog_cmd(
 INTERRUPTED = "interrupted; every batch committed so far is kept, rerun to continue"
 
 
-def _is_interrupt(exc: BaseException) -> bool:
-    """Ctrl-C seen inside a DuckDB call arrives as duckdb.InterruptException or RuntimeError("Query interrupted")."""
-    duckdb = sys.modules.get("duckdb")  # never imported here: --help must stay instant
-    if duckdb is not None and isinstance(exc, duckdb.InterruptException):
-        return True
-    text = str(exc).strip()
-    return text.endswith(("Query interrupted", "KeyboardInterrupt", "KeyboardInterrupt:"))
-
-
 def _quiet_unraisable(info: sys.UnraisableHookArgs) -> None:
     # Ctrl-C landing while a reader thread's generator is closed is reported by Python as
     # "Exception ignored in ..." with a traceback; the interruption itself is reported once, below.
@@ -294,7 +285,7 @@ def main() -> None:
             _err(INTERRUPTED)
         raise
     except Exception as exc:  # never a traceback for the user; PDFORENSICS_DEBUG=1 shows it
-        if _is_interrupt(exc):
+        if is_interrupt(exc):
             _err(INTERRUPTED)
             sys.exit(EXIT_INTERRUPTED)
         if os.environ.get("PDFORENSICS_DEBUG"):

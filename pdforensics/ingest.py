@@ -13,7 +13,7 @@ import polars as pl
 
 from pdforensics import store
 from pdforensics.catalog import Catalog
-from pdforensics.errors import DatabaseError
+from pdforensics.errors import DatabaseError, is_interrupt
 from pdforensics.parse import Parsed, ParseOptions, StreamCarry, parse_records
 from pdforensics.sources import FILE_MARK, RecordBatch, Selection, Source, Window
 from pdforensics.sources.journal import JournalSource
@@ -174,7 +174,7 @@ def ingest(
     try:
         return _ingest(con, db, sources, selection, catalog, tz, batch_size, progress, views, started)
     except (duckdb.Error, RuntimeError) as exc:
-        if interrupted(exc):  # Ctrl-C inside a DuckDB call: an interruption, not a database fault
+        if is_interrupt(exc):  # Ctrl-C inside a DuckDB call: an interruption, not a database fault
             raise KeyboardInterrupt from None
         if not isinstance(exc, _WRITE_FAILED):
             raise
@@ -195,18 +195,6 @@ _WRITE_FAILED = (
     duckdb.OutOfMemoryException,
     duckdb.TransactionException,
 )
-
-
-def interrupted(exc: BaseException) -> bool:
-    """Ctrl-C seen inside DuckDB: InterruptException, RuntimeError("Query interrupted"), or a scan of
-    a registered frame that "failed: KeyboardInterrupt"."""
-    text = str(exc).strip()
-    return (
-        isinstance(exc, duckdb.InterruptException)
-        or text.endswith("Query interrupted")
-        or text.endswith("KeyboardInterrupt:")
-        or text.endswith("KeyboardInterrupt")
-    )
 
 
 def _ingest(
@@ -320,7 +308,7 @@ def _store_one(
             carry.last_head.clear()
         parsed = parse_records(todo, opts, line_id_base=next_id, carry=carry)
     parsed, outside = _inside_window(parsed, window)
-    unread = batch.known_unread + (store.count_before(con, *batch.known_before) if batch.known_before else 0)
+    unread = batch.known_unread + (store.stored_count(con, *batch.known_before) if batch.known_before else 0)
     counts = {
         "records": batch.records.height + unread,
         "stored": parsed.lines.height,

@@ -419,15 +419,12 @@ def _set_mark(con: duckdb.DuckDBPyConnection, key: str, position: int, detail: s
     con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, f"{position} {detail}"])
 
 
-def count_before(con: duckdb.DuckDBPyConnection, source_key: str, seq: int) -> int:
-    row = con.execute(
-        "SELECT count(*) FROM lines WHERE source_key = ? AND seq < ?", [source_key, seq]
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def stored_count(con: duckdb.DuckDBPyConnection, source_key: str) -> int:
-    row = con.execute("SELECT count(*) FROM lines WHERE source_key = ?", [source_key]).fetchone()
+def stored_count(con: duckdb.DuckDBPyConnection, source_key: str, before: int | None = None) -> int:
+    """Lines stored from `source_key` (only those with seq < `before` when given)."""
+    sql, params = "SELECT count(*) FROM lines WHERE source_key = ?", [source_key]
+    if before is not None:  # a plain predicate, so the scan keeps its zone-map pruning
+        sql, params = sql + " AND seq < ?", [source_key, before]
+    row = con.execute(sql, params).fetchone()
     return int(row[0]) if row else 0
 
 

@@ -196,7 +196,10 @@ class JournalSource:
         """
         if self.reader != "python-systemd" or not self.files:
             return None
-        headers = [read_header(f) for f in self.files]
+        return self._mark_key(selection, [read_header(f) for f in self.files])
+
+    @staticmethod
+    def _mark_key(selection: Selection, headers: list[JournalHeader | None]) -> str | None:
         if any(h is None or h.truncated for h in headers):
             return None
         ids = {h.seqnum_id for h in headers if h is not None}
@@ -205,8 +208,9 @@ class JournalSource:
         w = selection.window
         return f"{JOURNAL_MARK}{ids.pop()}|{','.join(selection.units)}|{w.since_us}|{w.until_us}"
 
-    def _file_ids(self) -> list[str]:
-        return sorted({h.file_id.hex() for h in (read_header(f) for f in self.files) if h is not None})
+    @staticmethod
+    def _file_ids(headers: list[JournalHeader | None]) -> list[str]:
+        return sorted({h.file_id.hex() for h in headers if h is not None})
 
     def resume(self, detail: str | None, context: int) -> None:
         """Re-read from `context` entries before the marked cursor (`detail`: "cursor file_id,...").
@@ -271,8 +275,9 @@ class JournalSource:
         problems: list[tuple[str, str, str, str]] | None = None,
     ) -> Iterator[RecordBatch]:
         j = self._open(files)
-        key = self.mark_key(selection)
-        file_ids = ",".join(self._file_ids()) if key else ""
+        headers = [read_header(f) for f in self.files]  # read once for the mark's key and file ids
+        key = self._mark_key(selection, headers) if self.files else None
+        file_ids = ",".join(self._file_ids(headers)) if key else ""
         try:
             resumed = self.resume_cursor is not None and _seek_before(j, self.resume_cursor, self.context)
             if not resumed and selection.window.since_us is not None:
