@@ -3,10 +3,10 @@
     python bench/verdict_1m.py [--requests 1000000] [--db /tmp/verdict-1m.duckdb] [--keep] [--steps]
 
 Writes N requests' events straight into a fresh pdforensics database with SQL (no simulator, no
-parser: only `lines`/`events` as docs/internals.md defines them), installs the views, then times
-`verdict.compute_verdict` on a read-only connection, the way `pdforensics verdict` runs it, with
-its wall time, CPU time (all DuckDB threads) and the process's peak RSS. `--steps` first times each
-view `verdict.materialised` computes (the heavy steps), one after the other.
+parser: only `lines`/`events` as docs/internals.md defines them), folds them into `rooms` as an
+ingest would, installs the views, then times `verdict.compute_verdict` on a read-only connection,
+the way `pdforensics verdict` runs it, with its wall time, CPU time (all DuckDB threads) and the
+process's peak RSS. `--steps` first times each view `compute_verdict` shadows, one after the other.
 
 The traffic: one prefill host and one decode host (the decode clock 1.5 s ahead), --log-requests
 (Receive:/Finish: on both engines), a `Prefill batch` line per 10 requests and a `Decode batch`
@@ -24,7 +24,7 @@ import resource
 import time
 from pathlib import Path
 
-from pdforensics import store, verdict
+from pdforensics import room_summary, store, verdict
 
 T0 = 1_796_000_000_000_000  # 2026-11-30 UTC, in us
 SKEW_US = 1_500_000  # the decode host's clock is ahead by this much
@@ -131,6 +131,8 @@ def build(path: Path, n: int) -> None:
     try:
         con.execute("BEGIN")
         _insert(con, n)
+        # what an ingest maintains batch by batch (the rows above bypass store_batch)
+        room_summary.rebuild(con)
         con.execute("COMMIT")
         verdict.install_views(con)
     finally:
@@ -138,13 +140,13 @@ def build(path: Path, n: int) -> None:
 
 
 def steps(con) -> None:  # type: ignore[no-untyped-def]
-    """Each view `verdict.materialised` shadows, computed in its order (each reads the ones before)."""
+    """Each view `compute_verdict` shadows, computed in its order (each reads the ones before)."""
     verdict.ensure_views(con)
     verdict.apply_options(con, verdict.VerdictOptions())
     catalog = con.execute("SELECT current_database()").fetchall()[0][0]
     made = []
     try:
-        for name in verdict._MATERIALISE:
+        for name in verdict._VERDICT_VIEWS:
             t, cpu = time.perf_counter(), time.process_time()
             con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{catalog}".main."{name}"')
             made.append(name)

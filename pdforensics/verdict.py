@@ -7,6 +7,7 @@ call so each is computed a single time, and turns the rows into a `Verdict` / `T
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,12 @@ VERDICTS = ("watchdog_missed", "watchdog_fired", "nothing_stuck", "inconclusive"
 # is not among them: `requests` computes it once itself (a MATERIALIZED step), and a temporary
 # table of its million rows would cost more to write than to stream.
 _MATERIALISE = ("context", "inflight_gauge", "requests", "verdict")
+# What `compute_verdict` needs: the verdict view reads `requests` once (its own MATERIALIZED step)
+# and carries the requests not completed and the watchdog's firings, so a table of every request
+# (the widest, most costly to write) is left to the callers that read it (report, sql).
+_VERDICT_VIEWS = ("context", "inflight_gauge", "verdict")
+
+VIEWS_KEY = "views_digest"  # meta key: views_digest() of the installed views
 
 # The parameters the shadows were computed with, per connection (see `materialised`).
 _SHADOW_PARAMS: dict[int, tuple[Any, ...]] = {}
@@ -87,17 +94,33 @@ def install_views(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
     finally:
         for view in reversed(shadows):
             con.execute(f'DROP TABLE IF EXISTS temp.main."{view}"')
+    if not temporary:
+        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [VIEWS_KEY, views_digest()])
+
+
+def views_digest() -> str:
+    """Identifies the view definitions: stored in `meta` with them, so stale ones are noticed."""
+    digest = hashlib.sha256()
+    for path in view_files():
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def ensure_views(con: duckdb.DuckDBPyConnection) -> None:
-    """Make the views available: installed ones as they are, else temporary ones for this session
-    (a database written before they existed, opened read-only)."""
-    if _has_relation(con, "verdict"):
+    """Make the views available: installed ones when they are this version's, else (re)installed,
+    else temporary ones for this session (a database whose views another pdforensics installed,
+    opened read-only)."""
+    if _has_relation(con, "verdict") and _installed_digest(con) == views_digest():
         return
     try:
         install_views(con)
     except DatabaseError:
         install_views(con, temporary=True)
+
+
+def _installed_digest(con: duckdb.DuckDBPyConnection) -> str | None:
+    row = con.execute("SELECT max(value) FROM meta WHERE key = ?", [VIEWS_KEY]).fetchone()
+    return row[0] if row else None
 
 
 def _has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -124,7 +147,7 @@ def apply_options(con: duckdb.DuckDBPyConnection, opts: VerdictOptions | None) -
 
 
 @contextmanager
-def materialised(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+def materialised(con: duckdb.DuckDBPyConnection, views: tuple[str, ...] = _MATERIALISE) -> Iterator[None]:
     """Shadow the heavy views with temporary tables of their rows for the duration of one answer.
 
     Temporary tables win name resolution over views, so every later view reads the stored rows
@@ -132,41 +155,39 @@ def materialised(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     call's tables while the parameters (session variables) are the same, so a caller can wrap
     `compute_verdict` and its own queries in one `apply_options` + `materialised` and pay for
     the views once; with other parameters the tables are recomputed (and kept for the outer call,
-    whose session variables have changed too).
+    whose session variables have changed too). `views`: which of them to shadow (in
+    `_MATERIALISE` order); the verdict alone needs no table of `requests` (see `_VERDICT_VIEWS`).
     """
     row = con.execute("SELECT current_database()").fetchone()
     catalog = row[0] if row else "main"
-    installed = {
-        r[0]
-        for r in con.execute(
-            "SELECT view_name FROM duckdb_views() WHERE database_name = ? AND NOT internal", [catalog]
-        ).fetchall()
-    }
+    views_of = "SELECT view_name FROM duckdb_views() WHERE database_name = ? AND NOT internal"
+    installed = {r[0] for r in con.execute(views_of, [catalog]).fetchall()}
+    # temporary views (ensure_views) win over the installed ones and are used as they are
+    installed -= {r[0] for r in con.execute(views_of, ["temp"]).fetchall()}
     shadowed = {
         r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
     }
-    names = [n for n in _MATERIALISE if n in installed]  # temporary views (ensure_views) are used as they are
+    names = [n for n in _MATERIALISE if n in installed and (n in views or n in shadowed)]
     params = _params(con) if names else ()
+    outermost = not any(n in shadowed for n in names)
+    # an outer call's tables (or the caller's own, which are used as they are) are recomputed, in
+    # dependency order, only when the parameters changed
+    stale = _SHADOW_PARAMS.get(id(con), params) != params
     made: list[str] = []
     try:
-        if names and all(n in shadowed for n in names):
-            # an outer call's tables (or the caller's own, which are used as they are)
-            if _SHADOW_PARAMS.get(id(con), params) != params:
-                for name in names:
-                    _shadow(con, catalog, name)
-                _SHADOW_PARAMS[id(con)] = params
-        else:
-            for name in names:
-                if name not in shadowed:
-                    _shadow(con, catalog, name)
-                    made.append(name)
-            if made:
-                _SHADOW_PARAMS[id(con)] = params
+        for name in names:
+            if name not in shadowed:
+                _shadow(con, catalog, name)
+                made.append(name)
+            elif stale:
+                _shadow(con, catalog, name)
+        if made or stale:
+            _SHADOW_PARAMS[id(con)] = params
         yield
     finally:
         for name in reversed(made):
             con.execute(f'DROP TABLE IF EXISTS temp.main."{name}"')
-        if made:
+        if outermost and made:
             _SHADOW_PARAMS.pop(id(con), None)
 
 
@@ -248,11 +269,10 @@ class Verdict:
         }
 
 
-# The columns of `requests` that `_request_json` reads (fetching only these keeps a long list cheap).
-_REQUEST_COLUMNS = (
-    "bootstrap_room", "prefill_rid", "decode_rid", "class", "abort_race", "across_restart", "one_sided",
-    "dwell_s", "dwell_basis", "evidence_level", "abort_race_outcome", "prefill_status", "undecided_reason",
-    "lost_reason", "reason", "first_t",
+# The keys of `verdict.watchdog_firing_rows` the JSON lists, in its order.
+_FIRING_COLUMNS = (
+    "bootstrap_room", "rid", "host", "fired_t", "dwell_s", "state", "timeout_s", "ranks", "all_ranks",
+    "same_second", "late",
 )  # fmt: skip
 
 
@@ -298,19 +318,8 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
     """The window's verdict, its reasons, counts and every request that did not complete."""
     ensure_views(con)
     apply_options(con, options)
-    with materialised(con):
+    with materialised(con, _VERDICT_VIEWS):
         v = _rows(con, "SELECT * FROM verdict")[0]
-        reqs = _rows(
-            con,
-            f"SELECT {', '.join(_REQUEST_COLUMNS)} FROM requests WHERE class <> 'completed' "
-            "ORDER BY array_position(?, class), first_t, bootstrap_room",
-            [list(CLASSES)],
-        )
-        firings = _rows(
-            con,
-            "SELECT bootstrap_room::VARCHAR AS bootstrap_room, rid, host, fired_t, dwell_s, state, timeout_s, "
-            "ranks, all_ranks, same_second, late FROM watchdog_firings ORDER BY fired_t",
-        )
         holes = _rows(
             con,
             "SELECT hole_id, kind, host, engine, from_t, to_t, detail, covered, suspects, decisive "
@@ -320,6 +329,10 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
         storms = _rows(con, "SELECT * FROM abort_storms ORDER BY from_t")
         restarts = _rows(con, "SELECT * FROM engine_restarts ORDER BY stop_t")
         offsets = _rows(con, "SELECT * FROM host_offsets ORDER BY host")
+    firings = [
+        {k: w[k] for k in _FIRING_COLUMNS} | {"bootstrap_room": str(w["bootstrap_room"])}
+        for w in v["watchdog_firing_rows"] or []
+    ]
     counts = {c: int(v[c]) for c in CLASSES}
     counts["anonymous_pins"] = int(v["anonymous_pins"])
     counts["undecided"] = int(v["undecided"])
@@ -335,7 +348,7 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
         grace_s=v["grace_s"],
         evidence_level=v["evidence_level"],
         counts=counts,
-        requests=[_request_json(r) for r in reqs],
+        requests=[_request_json(r) for r in v["not_completed"] or []],
         reasons=list(v["reasons"] or []),
         firings=_times(firings),
         holes=_times(holes),

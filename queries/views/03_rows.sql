@@ -20,7 +20,7 @@ CREATE OR REPLACE MACRO pdf_room_lines(rare_only) AS TABLE
 WITH c AS MATERIALIZED (SELECT host_offsets, abort_rooms, start_given, end_given, end_t FROM context),
 o AS (SELECT unnest(host_offsets, recursive := true) FROM c),
 ar AS (SELECT unnest(abort_rooms, recursive := true) FROM c),
-src AS (
+src AS NOT MATERIALIZED (
     SELECT * FROM events WHERE NOT rare_only
     UNION ALL SELECT * FROM events WHERE rare_only AND event = 'request_finished' AND finish_type = 'abort'
     UNION ALL SELECT * FROM events WHERE rare_only AND event = 'prefill_bootstrap_failed'

@@ -5,8 +5,54 @@
 --
 -- Two passes, for speed: the lines every request has (Receive:, Finish:, ReqTimeStats) in one;
 -- failure, abort and watchdog lines, which few requests have, in a second pass over just those.
+-- The first pass reads the `rooms` table (those lines folded per room at ingest, on each host's
+-- own clock): each side is moved by its host's offset and kept when the window holds all of its
+-- lines. A room is aggregated from its lines instead when the table cannot answer for it exactly:
+-- a line stored after it was folded (meta.rooms_upto), a line with no time, a side on two hosts,
+-- or a side the window cuts.
 CREATE OR REPLACE VIEW room_facts AS
-WITH common AS (
+WITH o AS MATERIALIZED (SELECT unnest(host_offsets, recursive := true) FROM context),
+upto AS MATERIALIZED (
+    SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) AS line_id FROM meta WHERE key = 'rooms_upto'
+),
+sides AS NOT MATERIALIZED (
+    -- fit: 'in' (the window holds every line of the side), 'out' (none, or no such side), 'cut'
+    SELECT r.*, po.offset_us AS p_off, dof.offset_us AS d_off,
+        CASE WHEN r.p_first_ts IS NULL OR po.host IS NULL OR r.p_last_ts < po.lo_us OR r.p_first_ts > po.hi_us THEN 'out'
+             WHEN r.p_host_lo = r.p_host_hi AND r.p_first_ts >= po.lo_us AND r.p_last_ts <= po.hi_us THEN 'in'
+             ELSE 'cut' END AS p_fit,
+        CASE WHEN r.d_first_ts IS NULL OR dof.host IS NULL OR r.d_last_ts < dof.lo_us OR r.d_first_ts > dof.hi_us THEN 'out'
+             WHEN r.d_host_lo = r.d_host_hi AND r.d_first_ts >= dof.lo_us AND r.d_last_ts <= dof.hi_us THEN 'in'
+             ELSE 'cut' END AS d_fit
+    FROM rooms AS r
+    LEFT JOIN o AS po ON po.host = r.p_host_lo
+    LEFT JOIN o AS dof ON dof.host = r.d_host_lo
+),
+redo AS MATERIALIZED (
+    SELECT bootstrap_room FROM sides WHERE untimed OR p_fit = 'cut' OR d_fit = 'cut'
+    UNION
+    SELECT e.bootstrap_room FROM events AS e, upto WHERE e.line_id > upto.line_id AND e.bootstrap_room IS NOT NULL
+),
+folded AS (
+    SELECT s.bootstrap_room,
+        CASE WHEN p_fit = 'in' AND p_common_last_ts IS NOT NULL THEN p_host_lo END AS p_host_c,
+        CASE WHEN p_fit = 'in' THEN p_rid END AS prefill_rid_c,
+        CASE WHEN p_fit = 'in' THEN p_recv_ts - p_off END AS p_recv,
+        CASE WHEN p_fit = 'in' THEN p_done_ts - p_off END AS p_done,
+        CASE WHEN p_fit = 'in' THEN p_stats_ts - p_off END AS p_stats_at,
+        CASE WHEN p_fit = 'in' THEN p_inflight_entry_ts - p_off END AS p_inflight_entry,
+        CASE WHEN p_fit = 'in' THEN p_bootstrap_done_ts - p_off END AS p_bootstrap_done,
+        CASE WHEN d_fit = 'in' AND d_common_last_ts IS NOT NULL THEN d_host_lo END AS d_host_c,
+        CASE WHEN d_fit = 'in' THEN d_rid END AS decode_rid_c,
+        CASE WHEN d_fit = 'in' THEN d_recv_ts - d_off END AS d_recv,
+        CASE WHEN d_fit = 'in' THEN d_done_ts - d_off END AS d_done,
+        CASE WHEN d_fit = 'in' THEN d_stats_ts - d_off END AS d_stats_at,
+        CASE WHEN p_fit = 'in' THEN p_common_last_ts - p_off END AS p_last_c,
+        CASE WHEN d_fit = 'in' THEN d_common_last_ts - d_off END AS d_last_c
+    FROM sides AS s
+    WHERE (s.p_fit = 'in' OR s.d_fit = 'in') AND s.bootstrap_room NOT IN (SELECT bootstrap_room FROM redo)
+),
+common AS (
     -- k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats,
     --    11/12/14 the same on decode
     SELECT bootstrap_room, host, rid, t_us,
@@ -17,8 +63,9 @@ WITH common AS (
         CASE WHEN event = 'req_time_stats' THEN entry_time_us - offset_us END AS entry_t,
         bootstrap_ms, queue_ms, forward_ms
     FROM room_events
+    WHERE bootstrap_room IN (SELECT bootstrap_room FROM redo)
 ),
-facts AS (
+aggregated AS (
     -- each aggregate touches only the lines its FILTER selects: with ~4 lines per request, the
     -- fewer touched, the faster (first/last and the level are derived below instead)
     SELECT
@@ -41,6 +88,11 @@ facts AS (
         max(t_us) FILTER (WHERE k IN (11, 12, 14)) AS d_last_c
     FROM common
     GROUP BY bootstrap_room
+),
+facts AS (
+    SELECT * FROM folded
+    UNION ALL BY NAME
+    SELECT * FROM aggregated
 ),
 rare_lines AS (
     -- k: 3 prefill Finish: abort, 5 Prefill bootstrap failed, 6 Prefill transfer failed or a NIXL
@@ -117,7 +169,7 @@ rare AS (
     GROUP BY bootstrap_room
 )
 SELECT
-    f.bootstrap_room,
+    coalesce(f.bootstrap_room, r.bootstrap_room) AS bootstrap_room,
     coalesce(f.p_host_c, r.p_host_r) AS p_host,
     coalesce(f.prefill_rid_c, r.prefill_rid_r) AS prefill_rid,
     least(f.p_recv, f.p_done, f.p_stats_at, r.p_first_r) AS p_first,
@@ -144,5 +196,6 @@ SELECT
         WHEN coalesce(f.p_recv, f.p_done, f.d_recv, f.d_done, r.p_finish_abort, r.d_finish_abort) IS NOT NULL THEN 'L1'
         ELSE 'L0'
     END AS evidence_level
+-- a room named only by an abort line without its room (context.abort_rooms) has rare lines alone
 FROM facts AS f
-LEFT JOIN rare AS r USING (bootstrap_room);
+FULL JOIN rare AS r ON r.bootstrap_room = f.bootstrap_room;

@@ -11,10 +11,13 @@
 CREATE OR REPLACE VIEW verdict AS
 WITH
 c AS MATERIALIZED (SELECT * FROM context),
+-- the columns of `requests` the verdict, its list of requests not completed and the watchdog's
+-- firings read: the verdict is computed from one pass over `requests`
 rq AS MATERIALIZED (
     SELECT bootstrap_room, room, class, prefill_status, holder_at_end, p_host, might_be_stuck, first_t, last_t,
         hole_ids, dwell_s, dwell_basis, abort_race, across_restart, aborted_t, abort_race_outcome, undecided_reason,
-        watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t
+        watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t,
+        prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks
     FROM requests
 ),
 holes AS MATERIALIZED (SELECT unnest(holes, recursive := true) FROM c),
@@ -106,12 +109,13 @@ pinc AS (
 stretch AS MATERIALIZED (
     -- per stream, where the stretch pinned_floor is taken from begins: its last sample a full
     -- timeout+grace before the stream's last one
-    SELECT host, incarnation, dp_rank, tp_rank, max(t_us) FILTER (WHERE t_us <= last_t - stuck_us) AS t0
-    FROM (
-        SELECT s.host, s.incarnation, s.dp_rank, s.tp_rank, s.t_us, c.stuck_us,
-            max(s.t_us) OVER (PARTITION BY s.host, s.incarnation, s.dp_rank, s.tp_rank) AS last_t
-        FROM ig AS s, c WHERE s.host IN (SELECT host FROM refine_hosts)
-    )
+    -- (a join to each stream's last sample: a window partitioned without an order is far slower)
+    SELECT s.host, s.incarnation, s.dp_rank, s.tp_rank, max(s.t_us) FILTER (WHERE s.t_us <= l.last_t - c.stuck_us) AS t0
+    FROM ig AS s
+    JOIN (SELECT host, incarnation, dp_rank, tp_rank, max(t_us) AS last_t FROM ig
+          WHERE host IN (SELECT host FROM refine_hosts) GROUP BY ALL) AS l
+      USING (host, incarnation, dp_rank, tp_rank)
+    CROSS JOIN c
     GROUP BY ALL
 ),
 placed AS MATERIALIZED (
@@ -411,6 +415,30 @@ reasons AS MATERIALIZED (
             requests, completed, in_flight, aborted, abort_races, transfer_failed, lost)
     FROM counts
 ),
+-- The watchdog's firings (the `watchdog_firings` view): every rank should fire in the same second
+-- (the patch checks the deadline before the all-reduce); late: the dwell exceeds the timeout by
+-- more than one poll loop (grace).
+firings AS (
+    SELECT
+        r.bootstrap_room, r.room, r.prefill_rid AS rid, r.p_host AS host, r.watchdog_fired_t AS fired_t,
+        r.wd_dwell_s AS dwell_s, r.wd_state AS state, coalesce(r.wd_timeout_s, c.timeout_s) AS timeout_s,
+        r.wd_ranks AS ranks, r.wd_n_ranks AS n_ranks, tp.tp_ranks AS host_tp_ranks,
+        r.wd_n_ranks >= coalesce(tp.tp_ranks, 0) AS all_ranks,
+        r.wd_same_second AS same_second,
+        r.wd_dwell_s > coalesce(r.wd_timeout_s, c.timeout_s) + c.grace_s AS late,
+        r.across_restart
+    FROM rq AS r
+    CROSS JOIN c
+    LEFT JOIN tp ON tp.host = r.p_host
+    WHERE r.watchdog_fired_t IS NOT NULL
+),
+-- Every request that did not complete, in class order (design.md §3), then by first line.
+not_completed AS (
+    SELECT bootstrap_room, prefill_rid, decode_rid, class, abort_race, across_restart, one_sided, dwell_s,
+        dwell_basis, evidence_level, abort_race_outcome, prefill_status, undecided_reason, lost_reason, reason,
+        first_t
+    FROM rq WHERE class <> 'completed'
+),
 flags AS (
     SELECT
         -- silent pins whose end a hole may hide are undecided, not proof
@@ -436,5 +464,10 @@ SELECT
     (SELECT list(r ORDER BY r.ord, r.reason) FROM reasons AS r) AS reason_rows,
     (SELECT list(x ORDER BY x.from_t) FROM coverage AS x) AS coverage,
     (SELECT list(a ORDER BY a.host) FROM anon AS a) AS anonymous_pin_rows,
-    (SELECT list(st ORDER BY st.from_t) FROM storm_rows AS st) AS abort_storms
+    (SELECT list(st ORDER BY st.from_t) FROM storm_rows AS st) AS abort_storms,
+    (SELECT list(w ORDER BY w.fired_t, w.bootstrap_room) FROM firings AS w) AS watchdog_firing_rows,
+    (SELECT list(n ORDER BY array_position(
+                ['watchdog_fired', 'silent_pin', 'transfer_failed', 'aborted', 'lost', 'completed', 'in_flight'], n.class),
+            n.first_t, n.bootstrap_room)
+     FROM not_completed AS n) AS not_completed
 FROM c, counts, flags AS f;

@@ -40,20 +40,7 @@ WHERE anonymous_pins > 0;
 -- checks the deadline before the all-reduce, so every rank should fire in the same second. late:
 -- the dwell exceeds the timeout by more than one poll loop (grace).
 CREATE OR REPLACE VIEW watchdog_firings AS
-WITH c AS MATERIALIZED (SELECT timeout_s, grace_s, prefill_tp_ranks FROM context),
-tp AS (SELECT unnest(prefill_tp_ranks, recursive := true) FROM c)
-SELECT
-    r.bootstrap_room, r.room, r.prefill_rid AS rid, r.p_host AS host, r.watchdog_fired_t AS fired_t,
-    r.wd_dwell_s AS dwell_s, r.wd_state AS state, coalesce(r.wd_timeout_s, c.timeout_s) AS timeout_s,
-    r.wd_ranks AS ranks, r.wd_n_ranks AS n_ranks, tp.tp_ranks AS host_tp_ranks,
-    r.wd_n_ranks >= coalesce(tp.tp_ranks, 0) AS all_ranks,
-    r.wd_same_second AS same_second,
-    r.wd_dwell_s > coalesce(r.wd_timeout_s, c.timeout_s) + c.grace_s AS late,
-    r.across_restart
-FROM requests AS r
-CROSS JOIN c
-LEFT JOIN tp ON tp.host = r.p_host
-WHERE r.watchdog_fired_t IS NOT NULL;
+SELECT unnest(watchdog_firing_rows, recursive := true) FROM verdict;
 
 -- Abort races: an abort landed while the prefill side was in the inflight queue (see 05_requests.sql).
 CREATE OR REPLACE VIEW abort_races AS

@@ -1,0 +1,194 @@
+"""The `rooms` table folded at ingest answers exactly what aggregating the lines answers.
+
+`room_facts` reads a room's row from `rooms` where it can and aggregates the room's lines where it
+cannot (lines stored after the fold, untimed lines, a side on two hosts, a window cutting a side).
+Forcing the line path (`meta.rooms_upto` = 0 marks every line as not folded) must give the same
+rows, for every simulated incident, whole and through windows that cut requests in two.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pdforensics import room_summary, store, verdict
+from pdforensics.catalog import load_catalog
+from pdforensics.errors import DatabaseError
+from pdforensics.ingest import ingest
+from pdforensics.paths import fixtures_dir
+from pdforensics.sources import Selection
+from pdforensics.sources.detect import open_file_source
+
+SCENARIOS = sorted(p.name for p in fixtures_dir().iterdir() if (p / "expected.json").is_file())
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def ingest_json(db: Path, scenario: str, catalog, batch_size: int | None = None) -> None:
+    kw = {"batch_size": batch_size} if batch_size else {}
+    ingest(db, [open_file_source(fixtures_dir() / scenario / "journal.json")], Selection(), catalog, **kw)
+
+
+def facts(db: Path, opts: verdict.VerdictOptions, lines_only: bool = False) -> list[tuple]:
+    """room_facts as the views compute it; `lines_only`: on a copy where nothing counts as folded."""
+    if lines_only:
+        copy = db.with_name(db.stem + "-lines.duckdb")
+        shutil.copy(db, copy)
+        con = duckdb.connect(str(copy))
+        con.execute("UPDATE meta SET value = '0' WHERE key = ?", [room_summary.UPTO_KEY])
+        con.close()
+        db = copy
+    con = store.open_db(db, read_only=True)
+    try:
+        verdict.ensure_views(con)
+        verdict.apply_options(con, opts)
+        return con.execute("SELECT * FROM room_facts ORDER BY bootstrap_room").fetchall()
+    finally:
+        con.close()
+
+
+def span(db: Path) -> tuple[int, int]:
+    con = duckdb.connect(str(db), read_only=True)
+    row = con.execute("SELECT min(ts_us), max(ts_us) FROM events").fetchone()
+    con.close()
+    assert row and row[0] is not None
+    return int(row[0]), int(row[1])
+
+
+def folded_share(db: Path, opts: verdict.VerdictOptions) -> tuple[int, int]:
+    """(rooms answered from `rooms`, rooms in room_facts): the fast path must really be taken."""
+    con = store.open_db(db, read_only=True)
+    try:
+        verdict.ensure_views(con)
+        verdict.apply_options(con, opts)
+        sql = next(p for p in verdict.view_files() if p.name == "04_room_facts.sql").read_text(encoding="utf-8")
+        body = sql[sql.index("WITH o AS") : sql.index("common AS (")].rstrip().rstrip(",")
+        folded = con.execute(f"{body} SELECT count(*) FROM folded").fetchone()
+        total = con.execute("SELECT count(*) FROM room_facts").fetchone()
+        assert folded and total
+        return int(folded[0]), int(total[0])
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_folded_rooms_equal_their_lines(scenario: str, tmp_path: Path, catalog) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest_json(db, scenario, catalog)
+    whole = verdict.VerdictOptions()
+    got = facts(db, whole)
+    assert got == facts(db, whole, lines_only=True)
+    folded, total = folded_share(db, whole)
+    assert total == len(got) and folded > total // 2, (folded, total)
+    lo, hi = span(db)
+    cut = verdict.VerdictOptions(since_us=lo + (hi - lo) * 2 // 5, until_us=lo + (hi - lo) * 3 // 4)
+    assert facts(db, cut) == facts(db, cut, lines_only=True)
+
+
+def test_plain_logs_of_several_hosts_with_skewed_clocks(tmp_path: Path, catalog) -> None:
+    db = tmp_path / "plain.duckdb"
+    scenario = fixtures_dir() / "multihost_skew"
+    hosts = {p.name.split("-")[0] for p in (scenario / "plain").glob("*.log")}
+    for log in sorted((scenario / "plain").glob("*.log")):
+        host = next(h for h in sorted(hosts, key=len, reverse=True) if log.name.startswith(h + "-"))
+        ingest(db, [open_file_source(log, host=host, unit=log.stem[len(host) + 1 :])], Selection(), catalog)
+    whole = verdict.VerdictOptions()
+    assert facts(db, whole) == facts(db, whole, lines_only=True)
+    lo, hi = span(db)
+    cut = verdict.VerdictOptions(since_us=lo + (hi - lo) // 3, until_us=hi - (hi - lo) // 3)
+    assert facts(db, cut) == facts(db, cut, lines_only=True)
+
+
+def test_batch_by_batch_folding_equals_folding_everything_at_once(tmp_path: Path, catalog) -> None:
+    db = tmp_path / "b.duckdb"
+    ingest_json(db, "abort_storm_clean", catalog, batch_size=23)  # rooms cut across many batches
+    con = store.open_db(db)
+    try:
+        by_batch = con.execute("SELECT * FROM rooms ORDER BY bootstrap_room").fetchall()
+        assert room_summary.is_current(con)
+        room_summary.rebuild(con)
+        assert con.execute("SELECT * FROM rooms ORDER BY bootstrap_room").fetchall() == by_batch
+    finally:
+        con.close()
+    assert len(by_batch) >= 40
+
+
+def test_events_stored_around_the_fold_are_read_from_their_lines_then_folded(tmp_path: Path, catalog) -> None:
+    db = tmp_path / "s.duckdb"
+    ingest_json(db, "healthy", catalog)
+    con = store.open_db(db)
+    try:
+        # another writer's rows (not through store_batch): a copy of a Receive: line, a new room
+        con.execute(
+            """INSERT INTO events SELECT * REPLACE (line_id + 1000000 AS line_id, 424242::UBIGINT AS bootstrap_room)
+               FROM events WHERE event = 'request_received' AND engine = 'prefill' LIMIT 1"""
+        )
+        assert not room_summary.is_current(con)
+    finally:
+        con.close()
+    whole = verdict.VerdictOptions()
+    got = facts(db, whole)
+    assert 424242 in {r[0] for r in got}
+    assert got == facts(db, whole, lines_only=True)
+    ingest(db, [], Selection(), catalog)  # the next ingest folds everything again
+    con = store.open_db(db, read_only=True)
+    try:
+        assert room_summary.is_current(con)
+        assert con.execute("SELECT count(*) FROM rooms WHERE bootstrap_room = 424242").fetchone() == (1,)
+    finally:
+        con.close()
+    assert facts(db, whole) == got
+
+
+def test_a_database_of_schema_1_is_migrated_by_a_writer(tmp_path: Path, catalog) -> None:
+    db = tmp_path / "old.duckdb"
+    ingest_json(db, "healthy", catalog)
+    expected = facts(db, verdict.VerdictOptions())
+    con = duckdb.connect(str(db))
+    con.execute("DROP TABLE rooms")
+    con.execute("DELETE FROM meta WHERE key = 'rooms_upto'")
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(DatabaseError, match="has schema 1; run `pdforensics ingest"):
+        store.open_db(db, read_only=True)
+    store.open_db(db).close()  # a writer migrates
+    con = store.open_db(db, read_only=True)
+    try:
+        assert room_summary.is_current(con)
+        n_rooms = con.execute("SELECT count(*) FROM rooms").fetchone()
+        assert n_rooms and n_rooms[0] == len(expected)
+    finally:
+        con.close()
+    assert facts(db, verdict.VerdictOptions()) == expected
+
+
+def test_views_another_version_installed_are_replaced_or_shadowed(tmp_path: Path, catalog) -> None:
+    db = tmp_path / "v.duckdb"
+    ingest_json(db, "healthy", catalog)
+    con = store.open_db(db, read_only=True)
+    want = verdict.compute_verdict(con).to_json()
+    con.close()
+    con = duckdb.connect(str(db))
+    con.execute("CREATE OR REPLACE VIEW verdict AS SELECT 'from another version' AS verdict")
+    con.execute("UPDATE meta SET value = 'other' WHERE key = ?", [verdict.VIEWS_KEY])
+    con.close()
+    con = store.open_db(db, read_only=True)  # read-only: temporary views of this version
+    try:
+        assert verdict.compute_verdict(con).to_json() == want
+    finally:
+        con.close()
+    con = store.open_db(db)  # a writer installs them
+    try:
+        verdict.ensure_views(con)
+        assert con.execute("SELECT value FROM meta WHERE key = ?", [verdict.VIEWS_KEY]).fetchone() == (
+            verdict.views_digest(),
+        )
+        assert verdict.compute_verdict(con).to_json() == want
+    finally:
+        con.close()
