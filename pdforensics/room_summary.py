@@ -27,9 +27,7 @@ _KIND = """CASE event WHEN 'request_received' THEN 1 WHEN 'req_time_stats' THEN 
         WHEN 'request_finished' THEN CASE WHEN coalesce(finish_type, '') <> 'abort' THEN 2 ELSE 0 END
         ELSE 0 END"""
 
-_INFLIGHT_ENTRY = (
-    "entry_time_us + ((coalesce(bootstrap_ms, 0) + coalesce(queue_ms, 0) + coalesce(forward_ms, 0)) * 1000)::BIGINT"
-)
+_INFLIGHT_ENTRY = "entry_time_us + ((coalesce(bootstrap_ms, 0) + coalesce(queue_ms, 0) + coalesce(forward_ms, 0)) * 1000)::BIGINT"
 _BOOTSTRAP_DONE = "entry_time_us + (coalesce(bootstrap_ms, 0) * 1000)::BIGINT"
 
 
@@ -57,9 +55,11 @@ COLUMNS: list[tuple[str, str, str, str]] = [
     ("untimed", "BOOLEAN", "bool_or(ts_us IS NULL)", "or"),
 ]
 
-DDL = "CREATE TABLE IF NOT EXISTS rooms (\n    bootstrap_room UBIGINT NOT NULL,\n    " + ",\n    ".join(
-    f"{name} {typ}" for name, typ, _, _ in COLUMNS
-) + "\n)"
+DDL = (
+    "CREATE TABLE IF NOT EXISTS rooms (\n    bootstrap_room UBIGINT NOT NULL,\n    "
+    + ",\n    ".join(f"{name} {typ}" for name, typ, _, _ in COLUMNS)
+    + "\n)"
+)
 
 
 def _summary(where: str) -> str:

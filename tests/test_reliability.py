@@ -905,7 +905,9 @@ def test_database_from_an_older_version_without_a_migration_is_refused(tmp_path:
         proc = cli(args[0], "--db", str(db), *args[1:])
         assert_one_line_error(proc, 4, "written by an older pdforensics (schema 0")
     con = duckdb.connect(str(db), read_only=True)
-    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall() == [("0",)]  # untouched
+    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall() == [
+        ("0",)
+    ]  # untouched
     assert con.execute("SELECT count(*) FROM lines").fetchall() == [(0,)]
     con.close()
 

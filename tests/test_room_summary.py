@@ -67,7 +67,9 @@ def folded_share(db: Path, opts: verdict.VerdictOptions) -> tuple[int, int]:
     try:
         verdict.ensure_views(con)
         verdict.apply_options(con, opts)
-        sql = next(p for p in verdict.view_files() if p.name == "04_room_facts.sql").read_text(encoding="utf-8")
+        sql = next(p for p in verdict.view_files() if p.name == "04_room_facts.sql").read_text(
+            encoding="utf-8"
+        )
         body = sql[sql.index("WITH o AS") : sql.index("common AS (")].rstrip().rstrip(",")
         folded = con.execute(f"{body} SELECT count(*) FROM folded").fetchone()
         total = con.execute("SELECT count(*) FROM room_facts").fetchone()
