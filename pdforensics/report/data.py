@@ -686,13 +686,17 @@ def _approx_size(obj: Any) -> int:
 def _room_events(ctx: Ctx, rooms: list[str]) -> dict[str, list[dict[str, Any]]]:
     if not rooms:
         return {}
-    ctx.con.register("_rpt_rooms", pl.DataFrame({"room": rooms}).to_arrow())
+    # joined on the number, not its text: a filter on the column itself reaches the events scan
+    ctx.con.register(
+        "_rpt_rooms", pl.DataFrame({"room": [int(r) for r in rooms]}, schema={"room": pl.UInt64}).to_arrow()
+    )
     try:
         rows = ctx.rows(
             """SELECT e.bootstrap_room::VARCHAR AS room, e.t_us, e.engine, e.host, e.tp_rank, e.event,
                    e.state, e.reason, e.line_id
-            FROM room_events AS e JOIN _rpt_rooms AS r ON r.room = e.bootstrap_room::VARCHAR
-            ORDER BY room, e.t_us, e.line_id"""
+            FROM room_events AS e
+            WHERE e.bootstrap_room IN (SELECT room FROM _rpt_rooms)
+            ORDER BY e.bootstrap_room, e.t_us, e.line_id"""
         )
     finally:
         ctx.con.unregister("_rpt_rooms")
