@@ -24,7 +24,7 @@ import resource
 import time
 from pathlib import Path
 
-from pdforensics import room_summary, store, verdict
+from pdforensics import fold, store, verdict
 
 T0 = 1_796_000_000_000_000  # 2026-11-30 UTC, in us
 SKEW_US = 1_500_000  # the decode host's clock is ahead by this much
@@ -132,7 +132,7 @@ def build(path: Path, n: int) -> None:
         con.execute("BEGIN")
         _insert(con, n)
         # what an ingest maintains batch by batch (the rows above bypass store_batch)
-        room_summary.rebuild(con)
+        fold.rebuild(con)
         con.execute("COMMIT")
         verdict.install_views(con)
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pdforensics import room_summary
+from pdforensics import fold
 from pdforensics.errors import DatabaseError
 from pdforensics.schema import EVENT_BASE_COLUMNS, EVENT_FIELDS, LINE_COLUMNS, SCHEMA_VERSION
 
@@ -279,7 +279,7 @@ def check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 # Migrations from an older schema version to the next: {from_version: [sql, ...]}. A version with
 # no path to SCHEMA_VERSION here is refused with a message, never half-migrated.
 MIGRATIONS: dict[int, list[str]] = {
-    1: room_summary.rebuild_statements(),  # 2: the `rooms` table (created above), filled from events
+    1: fold.rebuild_statements(),  # 2: the summary tables (created above), filled from the lines
 }
 
 
@@ -299,7 +299,7 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | str = "") -> None
         raise _too_old(path, version)
     # One transaction: a migration that fails (or is killed) leaves the old schema as it was.
     with transaction(con):
-        for ddl in [*META_DDL, LINES_DDL, _events_ddl(), room_summary.DDL]:
+        for ddl in [*META_DDL, LINES_DDL, _events_ddl(), *fold.DDL]:
             con.execute(ddl)
         while version is not None and version < SCHEMA_VERSION:
             for sql in MIGRATIONS[version]:
@@ -321,9 +321,9 @@ def begin_ingest(con: duckdb.DuckDBPyConnection, sources: str, readers: str, uni
     # This connection holds the database's write lock, so a run still marked 'running' is one
     # that was killed (kill -9, power loss): say so instead of leaving it running forever.
     con.execute("UPDATE ingests SET status = 'interrupted' WHERE status = 'running'")
-    if not room_summary.is_current(con):  # events stored around store_batch: fold them all in again
+    if not fold.is_current(con):  # lines stored around store_batch: fold them all in again
         with transaction(con):
-            room_summary.rebuild(con)
+            fold.rebuild(con)
     row = con.execute("SELECT coalesce(max(ingest_id), 0) + 1 FROM ingests").fetchone()
     ingest_id = int(row[0]) if row else 1
     con.execute(
@@ -460,7 +460,7 @@ def store_batch(
     marks: dict[str, tuple[int, str]] | None = None,
 ) -> None:
     """One transaction: the batch's lines, events and rejects, the run's counters and resume marks,
-    and the batch's rooms folded into `rooms`."""
+    and the batch folded into the summaries (fold.py)."""
     lines = lines.with_columns(pl.lit(ingest_id, pl.Int32).alias("ingest_id")).select(LINE_COLUMNS)
     rejects = rejects.with_columns(pl.lit(ingest_id, pl.Int32).alias("ingest_id")).select(
         "ingest_id", "source", "position", "reason", "sample"
@@ -478,7 +478,7 @@ def store_batch(
             con.execute(f"INSERT INTO events ({cols}) SELECT * FROM _batch_events")
             con.execute("INSERT INTO rejects SELECT * FROM _batch_rejects")
             if lines.height:
-                room_summary.fold_batch(con, lines["line_id"].min(), lines["line_id"].max())  # type: ignore[arg-type]
+                fold.fold_batch(con, lines["line_id"].min(), lines["line_id"].max())  # type: ignore[arg-type]
             sets = ", ".join(f"{k} = {k} + ?" for k in counts)
             con.execute(f"UPDATE ingests SET {sets} WHERE ingest_id = ?", [*counts.values(), ingest_id])
             for key, (position, detail) in (marks or {}).items():

@@ -125,35 +125,76 @@ gb AS MATERIALIZED (SELECT min(lo_us) AS lo_us, max(hi_us) AS hi_us FROM hw),
 -- else PID): incarnations (ident, anon_lines), the seconds each engine logged in (seconds) and
 -- what each engine logged (logged) are sums of it. own: a line of the engine's own process, not
 -- systemd's or journald's line about its unit.
+-- Seconds come from `line_seconds` / `event_seconds`, folded at ingest (fold.py groups the lines
+-- as below, per batch), unless the window cuts one of them (a folded group with lines on both
+-- sides of a window edge): those seconds, and every line stored after the fold
+-- (meta.folded_upto), are grouped here from the lines.
+folded AS MATERIALIZED (
+    SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) AS line_id FROM meta WHERE key = 'folded_upto'
+),
+cut AS MATERIALIZED (
+    SELECT DISTINCT s.sec FROM line_seconds AS s, gb
+    WHERE s.hi_us >= gb.lo_us AND s.lo_us <= gb.hi_us AND (s.lo_us < gb.lo_us OR s.hi_us > gb.hi_us)
+),
+unfolded AS (
+    -- two plain filters, not one OR: each reaches the scan (no line passes both)
+    SELECT l.* FROM lines AS l, folded WHERE l.line_id > folded.line_id
+    UNION ALL
+    SELECT l.* FROM lines AS l, folded WHERE l.line_id <= folded.line_id AND l.ts_us // 1000000 IN (SELECT sec FROM cut)
+),
 line_secs AS MATERIALIZED (
-    SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us // 1000000 AS sec,
-        l.invocation_id, CASE WHEN l.invocation_id IS NULL THEN l.pid END AS pid,
-        -- the cheap tests first: CASE tries the string lists only on lines that carry a process id
-        CASE
-            WHEN l.invocation_id IS NULL AND l.pid IS NULL THEN false
-            WHEN l.pid = 1 THEN false
-            WHEN l.syslog_identifier IN ('systemd', 'systemd-journald', 'init') THEN false
-            WHEN l.event IN ('unit_started', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed',
-                             'journal_suppressed') THEN false
-            ELSE true
-        END AS own,
-        min(l.ts_us) AS lo_us, max(l.ts_us) AS hi_us, count(*) AS n_lines,
-        count(*) FILTER (WHERE l.event IS NOT NULL) AS n_recognised,
-        count(*) FILTER (WHERE l.parse_error IS NOT NULL) AS n_parse_errors,
-        count(*) FILTER (WHERE l.event IS NULL AND l.parse_error IS NULL AND l.cont_of IS NULL) AS n_other_lines,
-        count(*) FILTER (WHERE l.cont_of IS NOT NULL) AS n_continuation
-    FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
+    SELECT host, engine, sec, invocation_id, pid, own, min(lo_us) AS lo_us, max(hi_us) AS hi_us,
+        sum(n_lines)::BIGINT AS n_lines, sum(n_recognised)::BIGINT AS n_recognised,
+        sum(n_parse_errors)::BIGINT AS n_parse_errors, sum(n_other_lines)::BIGINT AS n_other_lines,
+        sum(n_continuation)::BIGINT AS n_continuation
+    FROM (
+        SELECT s.* FROM line_seconds AS s, gb
+        WHERE s.lo_us >= gb.lo_us AND s.hi_us <= gb.hi_us AND s.sec NOT IN (SELECT sec FROM cut)
+        UNION ALL BY NAME
+        SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us // 1000000 AS sec,
+            l.invocation_id, CASE WHEN l.invocation_id IS NULL THEN l.pid END AS pid,
+            -- the cheap tests first: CASE tries the string lists only on lines that carry a process id
+            CASE
+                WHEN l.invocation_id IS NULL AND l.pid IS NULL THEN false
+                WHEN l.pid = 1 THEN false
+                WHEN l.syslog_identifier IN ('systemd', 'systemd-journald', 'init') THEN false
+                WHEN l.event IN ('unit_started', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed',
+                                 'journal_suppressed') THEN false
+                ELSE true
+            END AS own,
+            min(l.ts_us) AS lo_us, max(l.ts_us) AS hi_us, count(*) AS n_lines,
+            count(*) FILTER (WHERE l.event IS NOT NULL) AS n_recognised,
+            count(*) FILTER (WHERE l.parse_error IS NOT NULL) AS n_parse_errors,
+            count(*) FILTER (WHERE l.event IS NULL AND l.parse_error IS NULL AND l.cont_of IS NULL) AS n_other_lines,
+            count(*) FILTER (WHERE l.cont_of IS NOT NULL) AS n_continuation
+        FROM unfolded AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
+        GROUP BY ALL
+    )
     GROUP BY ALL
 ),
 -- The same for the window's events, per host, engine, event and second: evidence levels, requests
--- received per second, the prefill's last evidence.
+-- received per second, the prefill's last evidence (`event_seconds`: in a second no window edge
+-- cuts, a folded group is wholly inside or outside, so its last line tells).
 event_secs AS MATERIALIZED (
-    SELECT coalesce(e.host, '') AS host, e.engine, e.event, e.ts_us // 1000000 AS sec,
-        max(e.ts_us) AS hi_us,
-        -- health checks go to one engine only: not requests
-        count(*) FILTER (WHERE e.event = 'request_received' AND e.bootstrap_room <> 0
-                           AND coalesce(e.bootstrap_host, '') <> '2.2.2.2') AS n_received
-    FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+    SELECT host, engine, event, sec, max(hi_us) AS hi_us, sum(n_received)::BIGINT AS n_received
+    FROM (
+        SELECT s.* FROM event_seconds AS s, gb
+        WHERE s.hi_us >= gb.lo_us AND s.hi_us <= gb.hi_us AND s.sec NOT IN (SELECT sec FROM cut)
+        UNION ALL BY NAME
+        SELECT coalesce(e.host, '') AS host, e.engine, e.event, e.ts_us // 1000000 AS sec,
+            max(e.ts_us) AS hi_us,
+            -- health checks go to one engine only: not requests
+            count(*) FILTER (WHERE e.event = 'request_received' AND e.bootstrap_room <> 0
+                               AND coalesce(e.bootstrap_host, '') <> '2.2.2.2') AS n_received
+        FROM (
+            SELECT e.* FROM events AS e, folded WHERE e.line_id > folded.line_id
+            UNION ALL
+            SELECT e.* FROM events AS e, folded
+            WHERE e.line_id <= folded.line_id AND e.ts_us // 1000000 IN (SELECT sec FROM cut)
+        ) AS e
+        JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+        GROUP BY ALL
+    )
     GROUP BY ALL
 ),
 

@@ -8,12 +8,12 @@
 -- The first pass reads the `rooms` table (those lines folded per room at ingest, on each host's
 -- own clock): each side is moved by its host's offset and kept when the window holds all of its
 -- lines. A room is aggregated from its lines instead when the table cannot answer for it exactly:
--- a line stored after it was folded (meta.rooms_upto), a line with no time, a side on two hosts,
+-- a line stored after it was folded (meta.folded_upto), a line with no time, a side on two hosts,
 -- or a side the window cuts.
 CREATE OR REPLACE VIEW room_facts AS
 WITH o AS MATERIALIZED (SELECT unnest(host_offsets, recursive := true) FROM context),
 upto AS MATERIALIZED (
-    SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) AS line_id FROM meta WHERE key = 'rooms_upto'
+    SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) AS line_id FROM meta WHERE key = 'folded_upto'
 ),
 sides AS NOT MATERIALIZED (
     -- fit: 'in' (the window holds every line of the side), 'out' (none, or no such side), 'cut'

@@ -1,9 +1,10 @@
-"""The `rooms` table folded at ingest answers exactly what aggregating the lines answers.
+"""The summaries folded at ingest answer exactly what aggregating the lines answers.
 
 `room_facts` reads a room's row from `rooms` where it can and aggregates the room's lines where it
-cannot (lines stored after the fold, untimed lines, a side on two hosts, a window cutting a side).
-Forcing the line path (`meta.rooms_upto` = 0 marks every line as not folded) must give the same
-rows, for every simulated incident, whole and through windows that cut requests in two.
+cannot (lines stored after the fold, untimed lines, a side on two hosts, a window cutting a side);
+`context` takes whole seconds from `line_seconds`/`event_seconds` and groups the rest from the
+lines. Forcing the line path (empty summaries, `meta.folded_upto` = 0: nothing folded) must give the
+same rows, for every simulated incident, whole and through windows that cut requests in two.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pdforensics import room_summary, store, verdict
+from pdforensics import fold, store, verdict
 from pdforensics.catalog import load_catalog
 from pdforensics.errors import DatabaseError
 from pdforensics.ingest import ingest
@@ -22,6 +23,11 @@ from pdforensics.paths import fixtures_dir
 from pdforensics.sources import Selection
 from pdforensics.sources.detect import open_file_source
 
+SECOND_SUMS = (
+    """SELECT host, engine, sec, invocation_id, pid, own, min(lo_us), max(hi_us), sum(n_lines), sum(n_recognised),
+           sum(n_parse_errors), sum(n_other_lines), sum(n_continuation) FROM line_seconds GROUP BY ALL ORDER BY ALL""",
+    "SELECT host, engine, event, sec, max(hi_us), sum(n_received) FROM event_seconds GROUP BY ALL ORDER BY ALL",
+)
 SCENARIOS = sorted(p.name for p in fixtures_dir().iterdir() if (p / "expected.json").is_file())
 
 
@@ -35,20 +41,24 @@ def ingest_json(db: Path, scenario: str, catalog, batch_size: int | None = None)
     ingest(db, [open_file_source(fixtures_dir() / scenario / "journal.json")], Selection(), catalog, **kw)
 
 
-def facts(db: Path, opts: verdict.VerdictOptions, lines_only: bool = False) -> list[tuple]:
-    """room_facts as the views compute it; `lines_only`: on a copy where nothing counts as folded."""
+def facts(db: Path, opts: verdict.VerdictOptions, lines_only: bool = False) -> tuple[list, list]:
+    """room_facts and context as the views compute them; `lines_only`: on a copy where nothing
+    counts as folded (every room and second from the lines)."""
     if lines_only:
         copy = db.with_name(db.stem + "-lines.duckdb")
         shutil.copy(db, copy)
         con = duckdb.connect(str(copy))
-        con.execute("UPDATE meta SET value = '0' WHERE key = ?", [room_summary.UPTO_KEY])
+        for table in ("rooms", "line_seconds", "event_seconds"):
+            con.execute(f"DELETE FROM {table}")
+        con.execute("UPDATE meta SET value = '0' WHERE key = ?", [fold.UPTO_KEY])
         con.close()
         db = copy
     con = store.open_db(db, read_only=True)
     try:
         verdict.ensure_views(con)
         verdict.apply_options(con, opts)
-        return con.execute("SELECT * FROM room_facts ORDER BY bootstrap_room").fetchall()
+        rooms = con.execute("SELECT * FROM room_facts ORDER BY bootstrap_room").fetchall()
+        return rooms, con.execute("SELECT * FROM context").fetchall()
     finally:
         con.close()
 
@@ -87,7 +97,7 @@ def test_folded_rooms_equal_their_lines(scenario: str, tmp_path: Path, catalog) 
     got = facts(db, whole)
     assert got == facts(db, whole, lines_only=True)
     folded, total = folded_share(db, whole)
-    assert total == len(got) and folded > total // 2, (folded, total)
+    assert total == len(got[0]) and folded > total // 2, (folded, total)
     lo, hi = span(db)
     cut = verdict.VerdictOptions(since_us=lo + (hi - lo) * 2 // 5, until_us=lo + (hi - lo) * 3 // 4)
     assert facts(db, cut) == facts(db, cut, lines_only=True)
@@ -113,9 +123,12 @@ def test_batch_by_batch_folding_equals_folding_everything_at_once(tmp_path: Path
     con = store.open_db(db)
     try:
         by_batch = con.execute("SELECT * FROM rooms ORDER BY bootstrap_room").fetchall()
-        assert room_summary.is_current(con)
-        room_summary.rebuild(con)
+        seconds = [con.execute(sql).fetchall() for sql in SECOND_SUMS]
+        assert fold.is_current(con)
+        fold.rebuild(con)
         assert con.execute("SELECT * FROM rooms ORDER BY bootstrap_room").fetchall() == by_batch
+        # one row per second at once, partial rows per batch: their sums agree
+        assert [con.execute(sql).fetchall() for sql in SECOND_SUMS] == seconds
     finally:
         con.close()
     assert len(by_batch) >= 40
@@ -131,17 +144,17 @@ def test_events_stored_around_the_fold_are_read_from_their_lines_then_folded(tmp
             """INSERT INTO events SELECT * REPLACE (line_id + 1000000 AS line_id, 424242::UBIGINT AS bootstrap_room)
                FROM events WHERE event = 'request_received' AND engine = 'prefill' LIMIT 1"""
         )
-        assert not room_summary.is_current(con)
+        assert not fold.is_current(con)
     finally:
         con.close()
     whole = verdict.VerdictOptions()
     got = facts(db, whole)
-    assert 424242 in {r[0] for r in got}
+    assert 424242 in {r[0] for r in got[0]}
     assert got == facts(db, whole, lines_only=True)
     ingest(db, [], Selection(), catalog)  # the next ingest folds everything again
     con = store.open_db(db, read_only=True)
     try:
-        assert room_summary.is_current(con)
+        assert fold.is_current(con)
         assert con.execute("SELECT count(*) FROM rooms WHERE bootstrap_room = 424242").fetchone() == (1,)
     finally:
         con.close()
@@ -154,7 +167,7 @@ def test_a_database_of_schema_1_is_migrated_by_a_writer(tmp_path: Path, catalog)
     expected = facts(db, verdict.VerdictOptions())
     con = duckdb.connect(str(db))
     con.execute("DROP TABLE rooms")
-    con.execute("DELETE FROM meta WHERE key = 'rooms_upto'")
+    con.execute("DELETE FROM meta WHERE key = 'folded_upto'")
     con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     con.close()
     with pytest.raises(DatabaseError, match="has schema 1; run `pdforensics ingest"):
@@ -162,9 +175,9 @@ def test_a_database_of_schema_1_is_migrated_by_a_writer(tmp_path: Path, catalog)
     store.open_db(db).close()  # a writer migrates
     con = store.open_db(db, read_only=True)
     try:
-        assert room_summary.is_current(con)
+        assert fold.is_current(con)
         n_rooms = con.execute("SELECT count(*) FROM rooms").fetchone()
-        assert n_rooms and n_rooms[0] == len(expected)
+        assert n_rooms and n_rooms[0] == len(expected[0])
     finally:
         con.close()
     assert facts(db, verdict.VerdictOptions()) == expected
