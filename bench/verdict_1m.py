@@ -3,10 +3,10 @@
     python bench/verdict_1m.py [--requests 1000000] [--db /tmp/verdict-1m.duckdb] [--keep] [--steps]
 
 Writes N requests' events straight into a fresh pdforensics database with SQL (no simulator, no
-parser: only `lines`/`events` as docs/internals.md defines them), folds them into `rooms` as an
-ingest would, installs the views, then times `verdict.compute_verdict` on a read-only connection,
-the way `pdforensics verdict` runs it, with its wall time, CPU time (all DuckDB threads) and the
-process's peak RSS. `--steps` first times each view `compute_verdict` shadows, one after the other.
+parser: only `lines`/`events` as docs/internals.md defines them), folds them into the summary
+tables as an ingest would, installs the views, then times `verdict.compute_verdict` on a read-only
+connection, the way `pdforensics verdict` runs it, with its wall time, CPU time (all DuckDB threads)
+and the process's peak RSS. `--steps` first times each view `compute_verdict` shadows, one after the other.
 
 The traffic: one prefill host and one decode host (the decode clock 1.5 s ahead), --log-requests
 (Receive:/Finish: on both engines), a `Prefill batch` line per 10 requests and a `Decode batch`
