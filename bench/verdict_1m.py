@@ -169,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         build(args.db, args.requests)
         print(f"built {args.db} with {args.requests:,} requests in {time.perf_counter() - t:.1f} s")
+    else:  # a kept database gets this version's views (read-only, stale ones would be temporary)
+        con = store.open_db(args.db)
+        verdict.ensure_views(con)
+        con.close()
     con = store.open_db(args.db, read_only=True)
     try:
         n_events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]

@@ -7,6 +7,7 @@ call so each is computed a single time, and turns the rows into a `Verdict` / `T
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterator
@@ -98,8 +99,10 @@ def install_views(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
         con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [VIEWS_KEY, views_digest()])
 
 
+@functools.cache
 def views_digest() -> str:
-    """Identifies the view definitions: stored in `meta` with them, so stale ones are noticed."""
+    """Identifies the view definitions: stored in `meta` with them, so stale ones are noticed
+    (computed once per process: every verdict, report and sql call checks it)."""
     digest = hashlib.sha256()
     for path in view_files():
         digest.update(path.read_bytes())

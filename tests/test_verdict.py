@@ -187,6 +187,16 @@ def test_nested_materialised_reuses_tables_and_follows_options(ingested) -> None
         con.close()
 
 
+def test_the_views_rank_classes_in_the_order_of_verdict_classes(ingested) -> None:
+    """`pdf_class_rank` (the views' and saved queries' sort by class) is `verdict.CLASSES`' order."""
+    con = store.open_db(ingested("decode_restart_old_build", "journal"), read_only=True)
+    try:
+        ranks = [con.execute("SELECT pdf_class_rank(?)", [c]).fetchone() for c in verdict.CLASSES]
+        assert ranks == [(i,) for i in range(1, len(verdict.CLASSES) + 1)]
+    finally:
+        con.close()
+
+
 def test_real_logs_give_sensible_requests(real_logs_dir: Path, tmp_path: Path) -> None:
     db = tmp_path / "real.duckdb"
     con = store.open_db(db)

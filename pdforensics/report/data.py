@@ -497,12 +497,12 @@ def failures_table(ctx: Ctx) -> dict[str, Any]:
     # skips the millions of Receive/Finish lines (~0.5 s at 1M requests).
     rows, total = _capped(
         ctx,
-        rf"""SELECT engine, event, reason_kind,
+        r"""SELECT engine, event, reason_kind,
                regexp_replace(coalesce(reason, '(no reason)'), '\d+(\.\d+)?', 'N', 'g') AS reason,
                count(*) AS lines, count(DISTINCT bootstrap_room) AS requests,
                min(t_us) AS first_t, max(t_us) AS last_t,
                min(bootstrap_room)::VARCHAR AS room
-        FROM {_rare_room_lines(ctx)} WHERE reason_kind IS NOT NULL
+        FROM pdf_room_lines(true) WHERE reason_kind IS NOT NULL
         GROUP BY ALL ORDER BY requests DESC, lines DESC, engine, event, reason""",
         "Failures by reason",
     )
@@ -512,14 +512,6 @@ def failures_table(ctx: Ctx) -> dict[str, Any]:
             ("room", "example room", "text")]  # fmt: skip
     return table("failures", "Failures by reason", cols, rows, total=total,
                  description="Failure and abort lines grouped by reason; click a row for an example request.")  # fmt: skip
-
-
-def _rare_room_lines(ctx: Ctx) -> str:
-    """pdf_room_lines(true) where the database has it (views installed before it: room_events)."""
-    row = ctx.con.execute(
-        "SELECT count(*) FROM duckdb_functions() WHERE function_name = 'pdf_room_lines'"
-    ).fetchone()
-    return "pdf_room_lines(true)" if row and row[0] else "room_events"
 
 
 def holes_table(ctx: Ctx, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -13,6 +13,4 @@ SELECT
     list(DISTINCT evidence_level ORDER BY evidence_level) AS evidence_levels
 FROM requests
 GROUP BY class
-ORDER BY list_position(
-    ['watchdog_fired', 'silent_pin', 'transfer_failed', 'aborted', 'lost', 'completed', 'in_flight'], class
-);
+ORDER BY pdf_class_rank(class);

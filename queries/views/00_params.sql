@@ -73,3 +73,11 @@ FROM params AS p, span;
 
 -- Times in reasons: UTC, seconds.
 CREATE OR REPLACE MACRO pdf_ts(t_us) AS strftime(make_timestamp(t_us::BIGINT), '%Y-%m-%d %H:%M:%SZ');
+
+-- The classes in the design's order (first match wins): where lists of requests sort by class.
+CREATE OR REPLACE MACRO pdf_class_rank(class) AS
+    list_position(['watchdog_fired', 'silent_pin', 'transfer_failed', 'aborted', 'lost', 'completed', 'in_flight'], class);
+
+-- The last line_id folded into the summary tables (fold.py): lines after it are read themselves.
+CREATE OR REPLACE MACRO pdf_folded_upto() AS TABLE
+    SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) AS line_id FROM meta WHERE key = 'folded_upto';

@@ -129,9 +129,7 @@ gb AS MATERIALIZED (SELECT min(lo_us) AS lo_us, max(hi_us) AS hi_us FROM hw),
 -- as below, per batch), unless the window cuts one of them (a folded group with lines on both
 -- sides of a window edge): those seconds, and every line stored after the fold
 -- (meta.folded_upto), are grouped here from the lines.
-folded AS MATERIALIZED (
-    SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) AS line_id FROM meta WHERE key = 'folded_upto'
-),
+folded AS MATERIALIZED (FROM pdf_folded_upto()),
 cut AS MATERIALIZED (
     SELECT DISTINCT s.sec FROM line_seconds AS s, gb
     WHERE s.hi_us >= gb.lo_us AND s.lo_us <= gb.hi_us AND (s.lo_us < gb.lo_us OR s.hi_us > gb.hi_us)

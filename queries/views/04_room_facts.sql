@@ -12,9 +12,7 @@
 -- or a side the window cuts.
 CREATE OR REPLACE VIEW room_facts AS
 WITH o AS MATERIALIZED (SELECT unnest(host_offsets, recursive := true) FROM context),
-upto AS MATERIALIZED (
-    SELECT coalesce(max(TRY_CAST(value AS BIGINT)), 0) AS line_id FROM meta WHERE key = 'folded_upto'
-),
+upto AS MATERIALIZED (FROM pdf_folded_upto()),
 sides AS NOT MATERIALIZED (
     -- fit: 'in' (the window holds every line of the side), 'out' (none, or no such side), 'cut'
     SELECT r.*, po.offset_us AS p_off, dof.offset_us AS d_off,

@@ -466,8 +466,6 @@ SELECT
     (SELECT list(a ORDER BY a.host) FROM anon AS a) AS anonymous_pin_rows,
     (SELECT list(st ORDER BY st.from_t) FROM storm_rows AS st) AS abort_storms,
     (SELECT list(w ORDER BY w.fired_t, w.bootstrap_room) FROM firings AS w) AS watchdog_firing_rows,
-    (SELECT list(n ORDER BY array_position(
-                ['watchdog_fired', 'silent_pin', 'transfer_failed', 'aborted', 'lost', 'completed', 'in_flight'], n.class),
-            n.first_t, n.bootstrap_room)
-     FROM not_completed AS n) AS not_completed
+    (SELECT list(n ORDER BY pdf_class_rank(n.class), n.first_t, n.bootstrap_room) FROM not_completed AS n)
+        AS not_completed
 FROM c, counts, flags AS f;
