@@ -14,9 +14,13 @@
 --                            scheduler loop, a loop can sit behind a multi-second prefill forward, and
 --                            1-second log prefixes blur each end by up to a second.
 --   pdf_since_us, pdf_until_us   the window in UTC microseconds (--since/--until).
---                            Default: the span of the stored lines.
+--                            Default: the window of the last ingest that stored lines (see
+--                            time_window), else the span of the stored lines.
 --   pdf_suppress_interval_s  how far back a journald `Suppressed N messages` line reaches
 --                            (journald RateLimitIntervalSec). Default 30 s.
+--   pdf_context_s            how far before the window lines are read as context (requests still
+--                            open at its start, incarnations, the gauge). Default 3 x (timeout +
+--                            grace), at least 900 s.
 --   pdf_storm_min_aborts, pdf_storm_gap_s   an abort storm is at least N aborted requests with
 --                            no gap longer than S seconds between them. Defaults 10 and 5 s.
 --
@@ -56,27 +60,72 @@ SELECT
     coalesce(getvariable('pdf_suppress_interval_s'), 30)::DOUBLE AS suppress_interval_s,
     coalesce(getvariable('pdf_storm_min_aborts'), 10)::INTEGER AS storm_min_aborts,
     coalesce(getvariable('pdf_storm_gap_s'), 5)::DOUBLE AS storm_gap_s,
-    300.0::DOUBLE AS default_timeout_s;
+    300.0::DOUBLE AS default_timeout_s,
+    getvariable('pdf_context_s')::DOUBLE AS context_s;
 
--- The window on each host's own clock: --since/--until when given, else the span of the data.
+-- The window on each host's own clock: --since/--until when given, else the window of the last
+-- ingest that stored lines (its own --since/--until, else the span of the lines it stored), so an
+-- older incident in the same file is context, not part of today's answer; a database without
+-- ingest runs (written by hand) is judged whole. A start given with no end judges up to the end of
+-- the data, never an inverted window: a window after the data is a window with no line in it.
+-- Context: lines up to `pdf_context_s` before the window (default: 3 x (timeout + grace), at
+-- least 15 min) are read for what they say about the window (requests still open at its start,
+-- incarnations, the gauge); only what lives in the window is judged.
 CREATE OR REPLACE VIEW time_window AS
-WITH span AS (
+WITH runs AS (
+    SELECT ingest_id, since_us, until_us,
+        count(*) OVER () AS n_runs, row_number() OVER (ORDER BY ingest_id DESC) AS k
+    FROM ingests WHERE stored > 0 OR since_us IS NOT NULL OR until_us IS NOT NULL
+),
+last_run AS (SELECT * FROM runs WHERE k = 1),
+span AS (
     SELECT min(ts_us) AS lo, max(ts_us) AS hi FROM lines WHERE ts_us IS NOT NULL
+),
+run_span AS (
+    -- only read when there is more than one run to choose from
+    SELECT min(l.ts_us) AS lo, max(l.ts_us) AS hi
+    FROM lines AS l, last_run AS r
+    WHERE r.n_runs > 1 AND l.ingest_id = r.ingest_id AND l.ts_us IS NOT NULL
+),
+chosen AS (
+    SELECT
+        CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN 'operator'
+             WHEN coalesce(r.n_runs, 0) > 1 THEN 'last ingest'
+             ELSE 'data' END AS basis,
+        r.ingest_id AS run_id,
+        CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN p.since_us
+             WHEN coalesce(r.n_runs, 0) > 1 THEN coalesce(r.since_us, rs.lo, span.lo)
+             ELSE span.lo END AS start_us,
+        CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN p.until_us
+             WHEN coalesce(r.n_runs, 0) > 1 THEN coalesce(r.until_us, rs.hi, span.hi)
+             ELSE span.hi END AS end_us,
+        coalesce(p.since_us IS NOT NULL OR (p.until_us IS NULL AND coalesce(r.n_runs, 0) > 1 AND r.since_us IS NOT NULL), false)
+            AS start_given,
+        coalesce(p.until_us IS NOT NULL OR (p.since_us IS NULL AND coalesce(r.n_runs, 0) > 1 AND r.until_us IS NOT NULL), false)
+            AS end_given,
+        span.lo AS data_lo, span.hi AS data_hi
+    FROM params AS p
+    CROSS JOIN span
+    LEFT JOIN last_run AS r ON true
+    LEFT JOIN run_span AS rs ON true
 )
 SELECT
-    coalesce(p.since_us, span.lo) AS start_us,
-    coalesce(p.until_us, span.hi) AS end_us,
-    p.since_us IS NOT NULL AS start_given,
-    p.until_us IS NOT NULL AS end_given,
+    coalesce(c.start_us, c.data_lo) AS start_us,
+    -- never before the start: a start after the data judges an empty window, not an inverted one
+    CASE WHEN c.end_us IS NOT NULL THEN c.end_us
+         ELSE greatest(c.data_hi, coalesce(c.start_us, c.data_lo)) END AS end_us,
+    c.start_given, c.end_given,
+    c.basis AS window_basis, c.run_id AS window_ingest_id,
+    c.data_lo AS data_start_us, c.data_hi AS data_end_us,
     p.*
-FROM params AS p, span;
+FROM params AS p, chosen AS c;
 
 -- Times in reasons: UTC, seconds.
 CREATE OR REPLACE MACRO pdf_ts(t_us) AS strftime(make_timestamp(t_us::BIGINT), '%Y-%m-%d %H:%M:%SZ');
 
 -- The classes in the design's order (first match wins): where lists of requests sort by class.
 CREATE OR REPLACE MACRO pdf_class_rank(class) AS
-    list_position(['watchdog_fired', 'silent_pin', 'transfer_failed', 'aborted', 'lost', 'completed', 'in_flight'], class);
+    list_position(['watchdog_fired', 'silent_pin', 'undecided', 'transfer_failed', 'aborted', 'lost', 'completed', 'in_flight'], class);
 
 -- The last line_id folded into the summary tables (fold.py): lines after it are read themselves.
 CREATE OR REPLACE MACRO pdf_folded_upto() AS TABLE

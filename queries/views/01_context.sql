@@ -15,7 +15,12 @@ CREATE OR REPLACE MACRO pdf_floor(inflight_req, new_seq, entry) AS
 
 CREATE OR REPLACE VIEW context AS
 WITH
-w AS MATERIALIZED (SELECT * FROM time_window),
+w AS MATERIALIZED (
+    -- ctx_us: how far before the window lines are read as context (see time_window)
+    SELECT *, (coalesce(context_s, greatest(900, 3 * (coalesce(operator_timeout_s, default_timeout_s) + grace_s))) * 1e6)::BIGINT
+        AS ctx_us
+    FROM time_window
+),
 
 -- ---------------------------------------------------------------------------------- clocks
 -- Each host's offset from the reference clock (the prefill host with the most requests) comes
@@ -41,7 +46,7 @@ legs AS MATERIALIZED (
         AND coalesce(e.bootstrap_host, '') <> '2.2.2.2'
         AND NOT (e.event = 'request_finished' AND coalesce(e.finish_type, '') = 'abort')
         -- the exact per-host window needs the offsets: take ten minutes of slack on each side here
-        AND e.ts_us >= w.start_us - 600000000 AND e.ts_us <= w.end_us + 600000000
+        AND e.ts_us >= w.start_us - w.ctx_us - 600000000 AND e.ts_us <= w.end_us + 600000000
         ELSE false END
 ),
 recv AS MATERIALIZED (
@@ -93,9 +98,14 @@ placed AS MATERIALIZED (
     SELECT host, offset_us, pairs, 'receive pairs via decode' FROM other_prefill
 ),
 host_lines AS MATERIALIZED (
-    SELECT coalesce(l.host, '') AS host, min(l.ts_us) AS first_us, max(l.ts_us) AS last_us, count(*) AS n_lines
+    -- first/last: the host's lines in the window (with 10 minutes of slack for its offset); the
+    -- context before it only widens what is read, never where a window of the data starts
+    SELECT coalesce(l.host, '') AS host,
+        coalesce(min(l.ts_us) FILTER (WHERE l.ts_us >= w.start_us - 600000000), min(l.ts_us)) AS first_us,
+        max(l.ts_us) AS last_us,
+        count(*) FILTER (WHERE l.ts_us >= w.start_us - 600000000) AS n_lines
     FROM lines AS l, w
-    WHERE l.ts_us >= w.start_us - 600000000 AND l.ts_us <= w.end_us + 600000000
+    WHERE l.ts_us >= w.start_us - w.ctx_us - 600000000 AND l.ts_us <= w.end_us + 600000000
     GROUP BY 1
 ),
 offsets AS MATERIALIZED (
@@ -105,17 +115,25 @@ offsets AS MATERIALIZED (
 ),
 -- The window on the reference clock: given bounds are true time; a data span ends where the
 -- last host's lines end, once each host is moved onto the reference clock.
-clock AS MATERIALIZED (
+clock0 AS (
     SELECT
         CASE WHEN any_value(w.start_given) THEN any_value(w.start_us)
-             ELSE coalesce(min(o.first_t), any_value(w.start_us)) END AS start_t,
+             ELSE coalesce(min(o.first_t) FILTER (WHERE o.n_lines > 0), any_value(w.start_us)) END AS start_t,
         CASE WHEN any_value(w.end_given) THEN any_value(w.end_us)
-             ELSE coalesce(max(o.last_t), any_value(w.end_us)) END AS end_t
+             ELSE coalesce(max(o.last_t), any_value(w.end_us)) END AS end_t,
+        any_value(w.ctx_us) AS ctx_us
     FROM w LEFT JOIN offsets AS o ON true
 ),
--- The window on each host's own clock: every later step keeps a line when lo_us <= ts_us <= hi_us.
+clock AS MATERIALIZED (
+    -- never an inverted window (a start given after the data)
+    SELECT start_t, greatest(end_t, start_t) AS end_t, start_t - ctx_us AS ctx_start_t FROM clock0
+),
+-- The lines read, on each host's own clock: the window and the context before it. Every later
+-- step keeps a line when lo_us <= ts_us <= hi_us; what is judged is cut to the window (start_t)
+-- where it is judged (requests, holes, restarts, storms).
 hw AS MATERIALIZED (
-    SELECT o.host, o.offset_us, clock.start_t + o.offset_us AS lo_us, clock.end_t + o.offset_us AS hi_us
+    SELECT o.host, o.offset_us, clock.ctx_start_t + o.offset_us AS lo_us, clock.end_t + o.offset_us AS hi_us,
+        clock.start_t + o.offset_us AS window_lo_us
     FROM offsets AS o, clock
 ),
 -- All hosts' windows at once: aggregates over every line (counts, seconds, identities) use this
@@ -220,23 +238,28 @@ st AS MATERIALIZED (
             WHEN w.operator_deployed IS NOT NULL THEN w.operator_deployed
             WHEN armed.n > 0 OR fired.n > 0 THEN true
             WHEN prefill_starts.n > 0 THEN false
+            WHEN w.operator_timeout_s IS NOT NULL THEN true
         END AS deployed,
+        -- which evidence says so: SGLang's own watchdogs (`Watchdog TokenizerManager initialized.`,
+        -- `Scheduler watchdog timeout`) are other mechanisms and never count
         CASE
             WHEN w.operator_deployed IS NOT NULL THEN 'operator'
             WHEN armed.n > 0 THEN 'armed line'
             WHEN fired.n > 0 THEN 'firing lines'
             WHEN prefill_starts.n > 0 THEN 'the prefill started without the armed line'
+            WHEN w.operator_timeout_s IS NOT NULL THEN 'the operator stated its timeout; no armed line in the data'
             ELSE 'no armed line and no prefill start in the data'
         END AS deployed_basis,
         coalesce(w.operator_timeout_s, armed.timeout_s, fired.timeout_s, w.default_timeout_s) AS timeout_s,
         CASE
-            WHEN w.operator_timeout_s IS NOT NULL THEN 'operator (--watchdog-timeout)'
+            WHEN w.operator_timeout_s IS NOT NULL THEN 'the operator: --watchdog-timeout'
             WHEN armed.timeout_s IS NOT NULL THEN 'armed line'
             WHEN fired.timeout_s IS NOT NULL THEN 'firing lines'
             ELSE 'default'
         END AS timeout_source,
         armed.n AS armed_lines, armed.last_us AS armed_at_us, fired.n AS firing_lines,
         w.grace_s, w.start_us, w.end_us, w.start_given, w.end_given, clock.start_t, clock.end_t,
+        clock.ctx_start_t, w.window_basis, w.window_ingest_id, w.data_start_us, w.data_end_us,
         (w.suppress_interval_s * 1e6)::BIGINT AS suppress_us,
         w.storm_min_aborts, (w.storm_gap_s * 1e6)::BIGINT AS storm_gap_us
     FROM w, armed, fired, prefill_starts, clock
@@ -579,22 +602,96 @@ silent AS (
     WHERE g.from_t IS NOT NULL AND g.to_t - g.from_t > s.stuck_us
     GROUP BY g.host, g.engine, g.from_t, g.to_t
 ),
-holes_raw AS (
-    SELECT * FROM suppressed
-    UNION ALL SELECT * FROM parse_errors
-    UNION ALL SELECT * FROM down
-    UNION ALL SELECT * FROM silent
-),
-prefill_evidence AS MATERIALIZED (
-    -- what the prefill side last showed, per host
-    SELECT e.host, max(e.hi_us - coalesce(o.offset_us, 0)) AS last_t
+-- The prefill's queues are observed by its batch lines (the gauge) and its request lines; a
+-- stretch longer than timeout + grace with neither is a silence an open request or a non-zero
+-- floor could hide in (a hung scheduler, logs not collected, or simply idle: the verdict decides
+-- whether it matters). Stretches already named as silent-while-traffic-flowed or down are not
+-- repeated.
+queue_seen AS MATERIALIZED (
+    SELECT e.host, e.sec * 1000000 - any_value(coalesce(o.offset_us, 0)) AS lo_t,
+        max(e.hi_us) - any_value(coalesce(o.offset_us, 0)) AS hi_t
     FROM event_secs AS e
     LEFT JOIN offsets AS o ON o.host = e.host
     WHERE e.engine = 'prefill'
       AND e.event IN ('prefill_stats', 'request_received', 'request_finished', 'req_time_stats',
                       'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',
                       'watchdog_fired', 'abort_request')
-    GROUP BY 1
+    GROUP BY e.host, e.sec
+),
+quiet_gaps AS (
+    SELECT host, lag(hi_t) OVER (PARTITION BY host ORDER BY lo_t) AS from_t, lo_t AS to_t FROM queue_seen
+    UNION ALL
+    SELECT q.host, any_value(s.start_t), min(q.lo_t) FROM queue_seen AS q, s GROUP BY q.host
+    UNION ALL
+    SELECT q.host, max(q.hi_t), any_value(s.end_t) FROM queue_seen AS q, s GROUP BY q.host
+),
+quiet AS (
+    SELECT 'prefill_silent' AS kind, g.host, 'prefill' AS engine, NULL AS unit,
+        greatest(g.from_t, s.ctx_start_t) AS from_t, g.to_t, NULL::BIGINT AS n,
+        format('the prefill showed nothing of its queues for {:.0f} s (no batch line, no request line{})',
+               (g.to_t - greatest(g.from_t, s.ctx_start_t)) / 1e6,
+               CASE WHEN g.to_t >= s.end_t THEN ', to the window end' ELSE '' END) AS detail
+    FROM quiet_gaps AS g, s
+    WHERE g.from_t IS NOT NULL AND g.to_t - greatest(g.from_t, s.ctx_start_t) > s.stuck_us AND g.to_t > s.start_t
+      AND NOT EXISTS (SELECT 1 FROM silent AS x WHERE x.host = g.host AND x.engine = 'prefill'
+                      AND x.from_t <= g.to_t AND x.to_t >= g.from_t)
+      AND NOT EXISTS (SELECT 1 FROM down AS x WHERE x.host = g.host AND x.engine = 'prefill'
+                      AND x.from_t <= g.to_t AND x.to_t >= g.from_t)
+),
+holes_raw AS (
+    SELECT * FROM suppressed
+    UNION ALL SELECT * FROM parse_errors
+    UNION ALL SELECT * FROM down
+    UNION ALL SELECT * FROM silent
+    UNION ALL SELECT * FROM quiet
+),
+prefill_evidence AS MATERIALIZED (
+    -- what the prefill side last showed, per host
+    SELECT host, max(hi_t) AS last_t FROM queue_seen GROUP BY 1
+),
+-- What each engine's stats lines showed of its queues: `observed` in the verdict's JSON.
+stat_samples AS (
+    SELECT coalesce(e.host, '') AS host, e.engine, e.ts_us - coalesce(o.offset_us, 0) AS t_us,
+        e.inflight_req, e.bootstrap_req, e.transfer_req, e.prealloc_req, e.queue_req
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.window_lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.event = 'prefill_stats' AND e.engine = 'prefill'
+    UNION ALL
+    SELECT coalesce(e.host, '') AS host, e.engine, e.ts_us - coalesce(o.offset_us, 0) AS t_us,
+        NULL, NULL, e.transfer_req, e.prealloc_req, e.queue_req
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.window_lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.event = 'decode_stats' AND e.engine = 'decode'
+),
+request_seen AS (
+    SELECT host, engine, sum(n)::BIGINT AS n FROM (
+        SELECT host, engine, count(*) AS n FROM event_secs, s
+        WHERE engine IN ('prefill', 'decode') AND hi_us >= s.start_t
+          AND event IN ('request_received', 'request_finished', 'req_time_stats', 'watchdog_fired',
+                        'prefill_bootstrap_failed', 'prefill_transfer_failed', 'decode_handshake_failed',
+                        'decode_transfer_failed', 'abort_request')
+        GROUP BY ALL)
+    GROUP BY ALL
+),
+observed AS MATERIALIZED (
+    -- longest_gap_us: the longest stretch of the window without a stats line, its edges included
+    SELECT coalesce(x.host, r.host) AS host, coalesce(x.engine, r.engine) AS engine,
+        coalesce(x.samples, 0) AS samples, x.first_t, x.last_t,
+        coalesce(x.inflight, 0) AS inflight, coalesce(x.bootstrap, 0) AS bootstrap,
+        coalesce(x.transfer, 0) AS transfer, coalesce(x.prealloc, 0) AS prealloc, coalesce(x.waiting, 0) AS waiting,
+        coalesce(r.n, 0) AS request_lines,
+        greatest(x.longest_gap_us, x.first_t - s.start_t, s.end_t - x.last_t) AS longest_gap_us
+    FROM (
+        SELECT host, engine, count(*) AS samples, min(t_us) AS first_t, max(t_us) AS last_t,
+            count(inflight_req) AS inflight, count(bootstrap_req) AS bootstrap, count(transfer_req) AS transfer,
+            count(prealloc_req) AS prealloc, count(queue_req) AS waiting, max(gap) AS longest_gap_us
+        FROM (SELECT *, t_us - lag(t_us) OVER (PARTITION BY host, engine ORDER BY t_us) AS gap FROM stat_samples)
+        GROUP BY ALL
+    ) AS x
+    FULL JOIN request_seen AS r ON r.host = x.host AND r.engine = x.engine
+    CROSS JOIN s
 ),
 tp_ranks AS MATERIALIZED (
     -- how many TP ranks each prefill host has (failure and firing lines come from every rank)
@@ -638,10 +735,12 @@ SELECT
     (SELECT list(g ORDER BY g.host, g.incarnation) FROM gauge AS g) AS host_gauge,
     (SELECT list(h ORDER BY h.hole_id) FROM holes AS h) AS holes,
     (SELECT list(c ORDER BY c.host, c.engine) FROM coverage_by_engine AS c) AS engine_coverage,
+    coalesce((SELECT list(x ORDER BY x.engine DESC, x.host) FROM observed AS x), []) AS observed,
     coalesce((SELECT list(DISTINCT host) FROM seconds WHERE engine = 'prefill'), []) AS prefill_hosts,
     coalesce((SELECT list(a) FROM abort_rooms AS a), []) AS abort_rooms,
     (SELECT list(t) FROM tp_ranks AS t) AS prefill_tp_ranks,
     (SELECT max(last_t) FROM prefill_evidence) AS prefill_evidence_until_t,
+    coalesce((SELECT list(x ORDER BY x.host) FROM prefill_evidence AS x), []) AS prefill_evidence,
     EXISTS (SELECT 1 FROM seconds WHERE engine = 'decode') AS decode_logged,
     coalesce(
         (SELECT max(evidence_level) FROM coverage_by_engine WHERE engine = 'prefill'),

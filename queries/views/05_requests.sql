@@ -1,13 +1,17 @@
 -- One row per request (bootstrap_room) with its class and flags (design.md §3; first match wins):
 --   watchdog_fired   a watchdog line force-failed it
 --   silent_pin       held by the prefill past timeout+grace with no terminal line (prefill_status 'pinned')
+--   undecided        it may still be held, and the logs cannot tell: a hole covers the moment its
+--                    deadline passed (its end, perhaps a watchdog line, may be in it), the waiting
+--                    queue never drained, or no prefill line says which prefill holds it
 --   transfer_failed  a failure line with a non-abort reason ended it
 --   aborted          an abort ended it
 --   lost             the engine holding it stopped or restarted while it was open (or the prefill's
 --                    queues were later seen empty without its end being logged): gone, not stuck
 --   completed        finished normally (decode Finish / time stats; prefill-only data: the prefill's Finish)
---   in_flight        still open at the window end and younger than the timeout, or undecided
---                    (prefill_status 'hidden' / 'waiting_queue' / 'no_prefill': see undecided_reason)
+--   in_flight        still open at the window end and younger than the timeout
+-- Only requests that live in the window are listed: a request whose last line is before the
+-- window start (context, see time_window) is not judged; one still open at the start is.
 -- Flags: abort_race (an abort landed while the prefill side was past bootstrap, in the inflight
 -- queue; abort_race_outcome says released / pinned / open), across_restart (its life spans a
 -- restart of an engine that was not holding it), one_sided (seen on one engine only).
@@ -62,13 +66,13 @@ rs AS MATERIALIZED (SELECT * FROM room_state),
 --   deadline = pin_start + timeout + grace: the watchdog should have released it by then.
 --   prefill_status:
 --     gone           the prefill incarnation holding it ended before the deadline
+--     hidden         a hole on its prefill (suppression, parse failure, silence) covers the moment
+--                    its deadline passed (pin_start + timeout .. deadline): its end may be in the
+--                    hole, a dropped watchdog line included, whatever a later gauge shows (undecided)
 --     released       a later gauge sample shows every prefill queue empty: it left without a line
 --     waiting_queue  open past the timeout, but the waiting queue never drained: it may still be
 --                    waiting, not pinned (undecided)
 --     young          the deadline is after the end of the evidence
---     hidden         a hole on its prefill (suppression, parse failure, silence) overlaps
---                    [pin_start, deadline] and no gauge sample a full timeout+grace later: its end
---                    may be in the hole (undecided)
 --     no_prefill     no prefill line in the window, or several prefill hosts and no line naming
 --                    it says which one holds it (undecided)
 --     pinned         held past the deadline with nothing hiding its end: a silent pin
@@ -106,7 +110,7 @@ timed AS MATERIALIZED (
             ELSE d.first_drain_t
         END AS pin_start,
         least(c.end_t, g.gone_t) AS obs_end,
-        c.stuck_us
+        c.stuck_us, c.timeout_us
     FROM held_by_prefill AS h
     CROSS JOIN c
     LEFT JOIN drain AS d USING (bootstrap_room)
@@ -115,12 +119,14 @@ timed AS MATERIALIZED (
     LEFT JOIN emptied AS e ON e.host = h.host
 ),
 hidden_by AS (
+    -- holes over the moment the deadline passed: from a second before timeout (1-s prefixes) to
+    -- timeout + grace after pin_start, the stretch in which the watchdog would have fired
     SELECT t.bootstrap_room, max(x.to_t) AS hole_to_t, list_sort(list(DISTINCT x.hole_id)) AS hole_ids
     FROM timed AS t
     JOIN holes AS x
       ON x.engine = 'prefill' AND x.kind <> 'engine_down'
      AND (x.host = t.host OR x.host = '' OR t.host IS NULL)
-     AND x.from_t <= t.pin_start + t.stuck_us AND x.to_t >= t.pin_start
+     AND x.from_t <= least(t.pin_start + t.stuck_us, t.obs_end) AND x.to_t >= t.pin_start + t.timeout_us - 1000000
     WHERE t.pin_start IS NOT NULL
     GROUP BY t.bootstrap_room
 ),
@@ -132,12 +138,14 @@ po AS MATERIALIZED (
             WHEN t.n_prefill_hosts = 0 OR t.host IS NULL THEN 'no_prefill'
             WHEN t.pin_start IS NOT NULL AND t.gone_t IS NOT NULL AND t.pin_start + t.stuck_us > t.gone_t THEN 'gone'
             WHEN t.pin_start IS NULL AND t.gone_t IS NOT NULL AND t.open_start + t.stuck_us > t.gone_t THEN 'gone'
+            -- the moment its deadline passed is in a hole: whatever a later gauge shows, its end
+            -- (a normal finish, or the watchdog's line) may be in there
+            WHEN hb.hole_to_t IS NOT NULL THEN 'hidden'
             -- a second of margin: the batch that scheduled it is excluded from its own sample's floor
             WHEN t.last_empty_t > coalesce(t.pin_start, t.p_recv) + 1000000 THEN 'released'
             WHEN t.pin_start IS NULL
                 THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
             WHEN t.pin_start + t.stuck_us > t.obs_end THEN 'young'
-            WHEN hb.hole_to_t IS NOT NULL AND NOT coalesce(t.last_sample_t >= hb.hole_to_t + t.stuck_us, false) THEN 'hidden'
             ELSE 'pinned'
         END AS status
     FROM timed AS t
@@ -154,8 +162,11 @@ decode_gone AS MATERIALIZED (
 ),
 -- Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined
 -- (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row.
+pev AS MATERIALIZED (SELECT unnest(prefill_evidence, recursive := true) FROM c),
 held AS NOT MATERIALIZED (
     SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids,
+        -- a request the prefill still holds is seen held up to the prefill's last sign of life
+        CASE WHEN b.prefill_may_hold THEN (SELECT max(last_t) FROM pev WHERE pev.host = o.p_host_eff) END AS seen_until,
         CASE
             WHEN b.prefill_may_hold AND o.status NOT IN ('gone', 'released') THEN 'prefill'
             WHEN NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
@@ -194,8 +205,9 @@ classed AS (
         a.bootstrap_room IS NOT NULL AS across_restart,
         CASE
             WHEN r.wd_at IS NOT NULL OR r.wd_reason_at IS NOT NULL THEN 'watchdog_fired'
-            -- 'hidden': it looks pinned, but a hole may hide its end; the verdict treats it as undecided
-            WHEN r.status IN ('pinned', 'hidden') THEN 'silent_pin'
+            WHEN r.status = 'pinned' THEN 'silent_pin'
+            -- it may still be held and the logs cannot tell (see undecided_reason)
+            WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill') AND r.holder_at_end = 'prefill' THEN 'undecided'
             WHEN r.any_failure THEN 'transfer_failed'
             WHEN r.any_abort THEN 'aborted'
             WHEN r.status IN ('gone', 'released') OR r.d_gone_t IS NOT NULL THEN 'lost'
@@ -233,10 +245,13 @@ SELECT
         -- it left the queue unseen, somewhere before the queues were seen empty: no honest number
         WHEN status = 'released' THEN NULL
         -- the line's own time may be truncated to the second (plain files): never below 0
-        WHEN p_inflight_entry IS NOT NULL THEN greatest(coalesce(p_end, open_until) - p_inflight_entry, 0) / 1e6
-        WHEN p_recv IS NOT NULL THEN (coalesce(p_end, open_until) - p_recv) / 1e6
+        -- held: up to the last time it was seen held (the prefill's last line), not past the evidence
+        WHEN p_inflight_entry IS NOT NULL
+            THEN greatest(coalesce(p_end, least(open_until, greatest(coalesce(seen_until, open_until), p_inflight_entry))) - p_inflight_entry, 0) / 1e6
+        WHEN p_recv IS NOT NULL THEN (coalesce(p_end, least(open_until, greatest(coalesce(seen_until, open_until), p_recv))) - p_recv) / 1e6
         -- from the decode's handshake only while a known prefill may hold it: otherwise it is made up
-        WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill' THEN (open_until - pin_start) / 1e6
+        WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill'
+            THEN (least(open_until, greatest(coalesce(seen_until, open_until), pin_start)) - pin_start) / 1e6
     END AS dwell_s,
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN 'watchdog line'
@@ -246,8 +261,8 @@ SELECT
         WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill' THEN 'decode handshake done (lower bound)'
     END AS dwell_basis,
     evidence_level,
-    -- the prefill may still hold it and it is not decided: a hole over it can matter
-    coalesce(prefill_may_hold AND status IN ('young', 'hidden', 'waiting_queue', 'no_prefill'), false) AS might_be_stuck,
+    -- the prefill may still hold it: stuck (a silent pin), or not decided either way
+    coalesce(prefill_may_hold AND status IN ('pinned', 'young', 'hidden', 'waiting_queue', 'no_prefill'), false) AS might_be_stuck,
     CASE status
         WHEN 'hidden' THEN 'a hole on its prefill overlaps its watchdog deadline'
         WHEN 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
@@ -282,4 +297,6 @@ SELECT
         ELSE 'Decode transfer failed ... abort: decode was past its handshake, and the prefill never reported the room again'
     END AS abort_evidence,
     p_gone_t, d_gone_t, hole_ids
-FROM classed;
+FROM classed
+-- judged: what lives in the window (its last sign, or still open, at or after the window start)
+WHERE coalesce(life_end, (SELECT end_t FROM c)) >= (SELECT start_t FROM c) OR holder_at_end IS NOT NULL;

@@ -1,11 +1,13 @@
 -- The window's verdict, as one row (design.md §3), first match wins:
 --   watchdog_missed  something was stuck past timeout+grace with no watchdog line: silent pins, or
 --                    anonymous pins in the gauge (proven pins win over holes elsewhere)
---   inconclusive     the window is shorter than the timeout; no prefill line at all; a decisive hole
---                    (see `coverage`); an undecided request; an L0 floor that no later sample resolves
+--   inconclusive     the window is shorter than the timeout; no line in the window; a prefill whose
+--                    inflight queue was never observed; a decisive hole (see `coverage`); an
+--                    undecided request; a floor that no later sample resolves
 --   watchdog_fired   stuck requests existed and the watchdog released every one of them
---   nothing_stuck    none of the above: nothing stayed past the timeout, the floor drained, and
---                    coverage was sufficient
+--   nothing_stuck    none of the above: every prefill's queues were observed through the window
+--                    (no silence an open request or a non-zero floor could hide in), nothing stayed
+--                    past the timeout, the floor drained, and no hole could hide a request's end
 -- Along with it, as lists (unnested by the views in 07_findings.sql): coverage (holes and whether
 -- they decide), anonymous_pins (per prefill host), abort_storms, reason_rows.
 CREATE OR REPLACE VIEW verdict AS
@@ -20,9 +22,18 @@ rq AS MATERIALIZED (
         prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks
     FROM requests
 ),
-holes AS MATERIALIZED (SELECT unnest(holes, recursive := true) FROM c),
+-- holes of the context before the window count only where they bear on a request judged in it
+holes AS MATERIALIZED (
+    SELECT h.* FROM (SELECT unnest(holes, recursive := true) FROM c) AS h, c
+    WHERE h.to_t >= c.start_t
+       OR h.hole_id IN (SELECT unnest(hole_ids) FROM rq WHERE prefill_status = 'hidden')
+),
+observed AS MATERIALIZED (SELECT unnest(observed, recursive := true) FROM c),
 gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
-restarts AS MATERIALIZED (SELECT unnest(engine_restarts, recursive := true) FROM c),
+restarts AS MATERIALIZED (
+    SELECT x.* FROM (SELECT unnest(engine_restarts, recursive := true) FROM c) AS x, c
+    WHERE coalesce(x.up_t, c.end_t) >= c.start_t
+),
 engines AS MATERIALIZED (SELECT unnest(engine_coverage, recursive := true) FROM c),
 tp AS (SELECT unnest(prefill_tp_ranks, recursive := true) FROM c),
 ig AS MATERIALIZED (SELECT host, dp_rank, tp_rank, incarnation, t_us, floor, inflight_req FROM inflight_gauge),
@@ -38,7 +49,7 @@ counts AS MATERIALIZED (
         coalesce(sum(n) FILTER (WHERE class = 'lost'), 0)::BIGINT AS lost,
         coalesce(sum(n) FILTER (WHERE class = 'completed'), 0)::BIGINT AS completed,
         coalesce(sum(n) FILTER (WHERE class = 'in_flight'), 0)::BIGINT AS in_flight,
-        coalesce(sum(n) FILTER (WHERE prefill_status IN ('hidden', 'waiting_queue', 'no_prefill')), 0)::BIGINT AS undecided,
+        coalesce(sum(n) FILTER (WHERE class = 'undecided'), 0)::BIGINT AS undecided,
         coalesce(sum(n) FILTER (WHERE abort_race), 0)::BIGINT AS abort_races,
         coalesce(sum(n) FILTER (WHERE across_restart), 0)::BIGINT AS across_restart,
         coalesce(sum(n), 0)::BIGINT AS requests
@@ -176,7 +187,8 @@ anon_x AS MATERIALIZED (
         h.open_old AND NOT coalesce(e.evidence_level >= 'L1', false)
             AND h.open_floor + h.pinned_floor > coalesce(n.named_open, 0) AS unresolved,
         hb.bound IS NOT NULL AS bounded_by_names,
-        greatest(h.pinned_floor - coalesce(n.named_old, 0), 0)::BIGINT AS gauge_pins
+        greatest(h.pinned_floor - coalesce(n.named_old, 0), 0)::BIGINT AS gauge_pins,
+        coalesce(n.named_open, 0) AS named_open
     FROM per_host AS h
     LEFT JOIN named AS n USING (host)
     LEFT JOIN host_level AS e USING (host)
@@ -185,43 +197,49 @@ anon_x AS MATERIALIZED (
 anon AS MATERIALIZED (
     SELECT * EXCLUDE (bounded_by_names, gauge_pins) FROM anon_x
 ),
+anon_rows AS (SELECT * EXCLUDE (named_open) FROM anon),
 
 -- ------------------------------------------------------------------------------ coverage
 -- A hole decides (makes the verdict inconclusive) when it overlaps a request that might be stuck
 -- (or an L0 floor not yet judged) and no prefill evidence covers a full timeout+grace after it;
 -- or when a request's end may be hidden in it. A window shorter than the timeout always decides.
 suspects AS (
-    SELECT bootstrap_room, room, p_host, first_t, last_t FROM rq WHERE might_be_stuck
+    SELECT bootstrap_room, room, p_host, first_t, last_t FROM rq
+    WHERE might_be_stuck AND prefill_status IN ('young', 'hidden', 'waiting_queue', 'no_prefill')
 ),
-hit AS (
-    SELECT h.hole_id, count(DISTINCT su.bootstrap_room) AS n, list(su.room ORDER BY su.first_t)[1:5] AS rooms
+hole_rooms AS (
+    -- requests a hole overlaps while they might be stuck, and those whose end it may hide
+    SELECT h.hole_id, su.bootstrap_room, su.room, su.first_t
     FROM holes AS h JOIN suspects AS su
       ON h.from_t <= su.last_t AND h.to_t >= su.first_t
      AND (h.engine IS DISTINCT FROM 'prefill' OR h.host = '' OR su.p_host IS NULL OR h.host = su.p_host)
-    GROUP BY h.hole_id
+    UNION
+    SELECT hole_id, bootstrap_room, room, first_t
+    FROM (SELECT unnest(hole_ids) AS hole_id, bootstrap_room, room, first_t FROM rq WHERE prefill_status = 'hidden')
 ),
-hid AS (
-    SELECT hole_id, count(*) AS n, list(room ORDER BY room)[1:5] AS rooms
-    FROM (SELECT unnest(hole_ids) AS hole_id, room FROM rq WHERE prefill_status = 'hidden')
-    GROUP BY hole_id
+hit AS (
+    SELECT hole_id, count(DISTINCT bootstrap_room) AS n, list(room ORDER BY first_t, room)[1:5] AS rooms,
+        count(DISTINCT bootstrap_room) FILTER (WHERE bootstrap_room IN (SELECT bootstrap_room FROM rq WHERE prefill_status = 'hidden')) AS n_hidden
+    FROM hole_rooms GROUP BY hole_id
 ),
 floors AS (
+    -- a hole after a non-zero floor began that the requests the lines name do not account for:
+    -- the floor may have drained, or stayed, in it
     SELECT h.hole_id
     FROM holes AS h JOIN anon AS a
-      ON NOT a.requests_logged AND a.open_floor > 0
+      ON a.open_floor > 0 AND (NOT a.requests_logged OR a.open_floor + a.pinned_floor > a.named_open)
      AND h.to_t >= a.open_since AND (h.engine IS DISTINCT FROM 'prefill' OR h.host = '' OR h.host = a.host)
     GROUP BY h.hole_id
 ),
 coverage AS MATERIALIZED (
     SELECT
         h.hole_id, h.kind, h.host, h.engine, h.unit, h.from_t, h.to_t, h.n, h.detail, h.covered,
-        coalesce(hit.n, 0) + coalesce(hid.n, 0) AS suspects,
-        list_distinct(coalesce(hit.rooms, []) || coalesce(hid.rooms, [])) AS suspect_rooms,
+        coalesce(hit.n, 0) AS suspects,
+        coalesce(hit.rooms, []) AS suspect_rooms,
         fl.hole_id IS NOT NULL AS overlaps_open_floor,
-        (NOT h.covered AND (coalesce(hit.n, 0) > 0 OR fl.hole_id IS NOT NULL)) OR coalesce(hid.n, 0) > 0 AS decisive
+        (NOT h.covered AND (coalesce(hit.n, 0) > 0 OR fl.hole_id IS NOT NULL)) OR coalesce(hit.n_hidden, 0) > 0 AS decisive
     FROM holes AS h
     LEFT JOIN hit USING (hole_id)
-    LEFT JOIN hid USING (hole_id)
     LEFT JOIN floors AS fl USING (hole_id)
     UNION ALL
     SELECT NULL, 'short_window', NULL, NULL, NULL, c.start_t, c.end_t, NULL,
@@ -235,7 +253,8 @@ coverage AS MATERIALIZED (
 -- operator would: did the inflight floor stay bounded and drain back to where it was before the
 -- storm, and did decode keep generating afterwards?
 aborts AS (
-    SELECT bootstrap_room, aborted_t AS t, class, abort_race_outcome FROM rq WHERE aborted_t IS NOT NULL
+    SELECT bootstrap_room, aborted_t AS t, class, abort_race_outcome FROM rq
+    WHERE aborted_t >= (SELECT start_t FROM c)
 ),
 storm_no AS (
     SELECT *, sum(new_storm) OVER (ORDER BY t ROWS UNBOUNDED PRECEDING) AS storm
@@ -301,6 +320,18 @@ storm_rows AS MATERIALIZED (
     LEFT JOIN decode_after AS da USING (storm)
 ),
 
+-- ------------------------------------------------------------------------------- window
+-- Prefills whose inflight queue the window never showed: no #inflight-req sample and no request
+-- line (a decode-only export, a non-PD log, a prefill that only started); and a window with no
+-- line at all (a window after the data, or before it).
+unobserved AS (
+    SELECT h.host FROM (SELECT unnest(prefill_hosts) AS host FROM c) AS h
+    LEFT JOIN observed AS o ON o.host = h.host AND o.engine = 'prefill'
+    WHERE coalesce(o.inflight, 0) = 0 AND coalesce(o.request_lines, 0) = 0
+),
+window_lines AS (
+    SELECT coalesce(sum(n_lines), 0) AS n FROM engines
+),
 -- ------------------------------------------------------------------------------- reasons
 pinned AS (
     SELECT count(*) AS n, list(room ORDER BY first_t)[1:5] AS rooms, max(dwell_s) AS max_dwell,
@@ -382,8 +413,37 @@ reasons AS MATERIALIZED (
         END
     FROM coverage WHERE decisive
     UNION ALL
-    SELECT 31, 'undecided', 'no prefill line in the window: the prefill inflight queue is not observed'
-    FROM c WHERE len(c.prefill_hosts) = 0
+    SELECT 35, 'hole',
+        CASE WHEN n_kind > 3
+            THEN format('{} more {} holes do not decide (the first: {} {} to {})', n_kind, kind, detail, pdf_ts(from_t), pdf_ts(to_t))
+            ELSE format('{} ({}{}, {} to {}) does not decide: {}',
+                detail, coalesce(engine, '?'), CASE WHEN coalesce(host, '') = '' THEN '' ELSE ' on ' || host END,
+                pdf_ts(from_t), pdf_ts(to_t),
+                CASE WHEN covered THEN 'later prefill evidence covers a full timeout after it'
+                     WHEN kind = 'engine_down' THEN 'the requests the engine held are gone with it'
+                     ELSE 'no request that might be stuck and no open floor lies in it' END) END
+    FROM (SELECT *, count(*) OVER (PARTITION BY kind) AS n_kind, row_number() OVER (PARTITION BY kind ORDER BY from_t) AS k_kind
+          FROM coverage WHERE NOT decisive AND kind <> 'short_window')
+    WHERE n_kind <= 3 OR k_kind = 1
+    UNION ALL
+    SELECT 31, 'undecided',
+        'the prefill inflight queue was never observed: no prefill line in the window'
+        || CASE WHEN c.decode_logged THEN ' (only the decode''s lines: export or collect the prefill''s too)' ELSE '' END
+    FROM c, window_lines AS wl WHERE len(c.prefill_hosts) = 0 AND wl.n > 0
+    UNION ALL
+    SELECT 31, 'undecided',
+        format('the prefill inflight queue was never observed on {}: no batch line with #inflight-req and no request line in the window (a non-PD server, or its stats lines were not collected)',
+            string_agg(CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ' ORDER BY host))
+    FROM unobserved HAVING count(*) > 0
+    UNION ALL
+    SELECT 34, 'undecided',
+        format('no lines in the window ({} to {}); {}: widen --since/--until',
+            pdf_ts(c.start_t), pdf_ts(c.end_t),
+            CASE WHEN c.data_end_us IS NULL THEN 'the database holds no timed line'
+                 WHEN c.data_end_us < c.start_t THEN 'the data ends at ' || pdf_ts(c.data_end_us)
+                 WHEN c.data_start_us > c.end_t THEN 'the data starts at ' || pdf_ts(c.data_start_us)
+                 ELSE format('the data spans {} to {}', pdf_ts(c.data_start_us), pdf_ts(c.data_end_us)) END)
+    FROM c, window_lines AS wl WHERE wl.n = 0
     UNION ALL
     SELECT 32, 'undecided',
         format('{} request(s) undecided: {} ({})', count(*), any_value(undecided_reason),
@@ -411,8 +471,8 @@ reasons AS MATERIALIZED (
     FROM restarts
     UNION ALL
     SELECT 60, 'summary',
-        format('{} requests: {} completed, {} in flight, {} aborted ({} abort races), {} transfer failed, {} lost',
-            requests, completed, in_flight, aborted, abort_races, transfer_failed, lost)
+        format('{} requests: {} completed, {} in flight, {} undecided, {} silent pin(s), {} released by the watchdog, {} aborted ({} abort races), {} transfer failed, {} lost',
+            requests, completed, in_flight, undecided, silent_pin, watchdog_fired, aborted, abort_races, transfer_failed, lost)
     FROM counts
 ),
 -- The watchdog's firings (the `watchdog_firings` view): every rank should fire in the same second
@@ -441,31 +501,68 @@ not_completed AS (
 ),
 flags AS (
     SELECT
-        -- silent pins whose end a hole may hide are undecided, not proof
         counts.proven_pins + (SELECT coalesce(sum(anonymous_pins), 0) FROM anon) AS stuck_silently,
         counts.watchdog_fired AS fired,
         (SELECT count(*) FROM coverage WHERE decisive) AS decisive_holes,
-        (SELECT count(*) FROM reasons WHERE ord IN (31, 32, 33)) + counts.undecided AS undecided
+        -- undecided requests, and what leaves the window unobserved
+        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (31, 33, 34)) AS undecided_facts
     FROM counts
+),
+vd AS MATERIALIZED (
+    SELECT
+        CASE
+            WHEN f.stuck_silently > 0 THEN 'watchdog_missed'
+            WHEN f.decisive_holes > 0 OR f.undecided_facts > 0 THEN 'inconclusive'
+            WHEN f.fired > 0 THEN 'watchdog_fired'
+            ELSE 'nothing_stuck'
+        END AS verdict
+    FROM flags AS f
+),
+-- A green answer says what earned it: the queues observed through the window.
+clean AS (
+    SELECT 9 AS ord, 'clean' AS kind,
+        format('nothing was held past the {} s timeout + {} s grace: {} observed through the window ({}){}',
+            c.timeout_s, c.grace_s,
+            CASE WHEN count(*) = 1 THEN 'the prefill inflight queue was' ELSE format('{} prefills'' inflight queues were', count(*)) END,
+            string_agg(format('{}{} batch line(s), longest gap {:.0f} s',
+                CASE WHEN o.host = '' THEN '' ELSE o.host || ': ' END, o.inflight,
+                coalesce(o.longest_gap_us, c.end_t - c.start_t) / 1e6), '; ' ORDER BY o.host),
+            CASE WHEN any_value(counts.requests) > 0 THEN format(', and all {} request(s) the lines name ended or are younger than the timeout', any_value(counts.requests)) ELSE '' END)
+    FROM observed AS o, c, counts, vd
+    WHERE o.engine = 'prefill' AND vd.verdict = 'nothing_stuck'
+    GROUP BY c.timeout_s, c.grace_s
+),
+window_reason AS (
+    SELECT 3 AS ord, 'window' AS kind,
+        format('window {} to {}: the last ingest''s (run {}); older lines are context only (pass --since/--until to judge another window)',
+            pdf_ts(c.start_t), pdf_ts(c.end_t), c.window_ingest_id) AS reason
+    FROM c WHERE c.window_basis = 'last ingest'
+),
+-- The reason that decided comes first, then the evidence and its caveats.
+all_reasons AS MATERIALIZED (
+    SELECT r.*,
+        CASE vd.verdict
+            WHEN 'watchdog_missed' THEN r.kind = 'missed'
+            WHEN 'inconclusive' THEN r.kind = 'undecided' OR (r.kind = 'hole' AND r.ord = 30)
+            WHEN 'watchdog_fired' THEN r.kind = 'fired'
+            ELSE r.kind = 'clean'
+        END AS decides
+    FROM (SELECT * FROM reasons UNION ALL SELECT * FROM clean UNION ALL SELECT * FROM window_reason) AS r, vd
 )
 SELECT
-    CASE
-        WHEN f.stuck_silently > 0 THEN 'watchdog_missed'
-        WHEN f.decisive_holes > 0 OR f.undecided > 0 THEN 'inconclusive'
-        WHEN f.fired > 0 THEN 'watchdog_fired'
-        ELSE 'nothing_stuck'
-    END AS verdict,
+    vd.verdict,
     c.start_t AS window_start_t, c.end_t AS window_end_t,
     c.timeout_s, c.timeout_source, c.deployed, c.deployed_basis, c.grace_s, c.evidence_level,
     counts.* EXCLUDE (undecided),
     (SELECT coalesce(sum(anonymous_pins), 0) FROM anon)::BIGINT AS anonymous_pins,
-    f.undecided, f.decisive_holes,
-    (SELECT list(reason ORDER BY ord, reason) FROM reasons) AS reasons,
-    (SELECT list(r ORDER BY r.ord, r.reason) FROM reasons AS r) AS reason_rows,
+    counts.undecided, f.decisive_holes,
+    (SELECT list(reason ORDER BY NOT decides, ord, reason) FROM all_reasons) AS reasons,
+    (SELECT list(r ORDER BY NOT r.decides, r.ord, r.reason) FROM all_reasons AS r) AS reason_rows,
     (SELECT list(x ORDER BY x.from_t) FROM coverage AS x) AS coverage,
-    (SELECT list(a ORDER BY a.host) FROM anon AS a) AS anonymous_pin_rows,
+    (SELECT list(a ORDER BY a.host) FROM anon_rows AS a) AS anonymous_pin_rows,
     (SELECT list(st ORDER BY st.from_t) FROM storm_rows AS st) AS abort_storms,
     (SELECT list(w ORDER BY w.fired_t, w.bootstrap_room) FROM firings AS w) AS watchdog_firing_rows,
     (SELECT list(n ORDER BY pdf_class_rank(n.class), n.first_t, n.bootstrap_room) FROM not_completed AS n)
-        AS not_completed
-FROM c, counts, flags AS f;
+        AS not_completed,
+    c.window_basis, c.observed
+FROM c, counts, flags AS f, vd;
