@@ -26,7 +26,9 @@ from pdforensics.paths import queries_dir
 # 5 s for the poll loop plus 5 s of slack before "late" or "stuck".
 DEFAULT_GRACE_S = 10.0
 
-CLASSES = ("watchdog_fired", "silent_pin", "transfer_failed", "aborted", "lost", "completed", "in_flight")
+CLASSES = (
+    "watchdog_fired", "silent_pin", "undecided", "transfer_failed", "aborted", "lost", "completed", "in_flight",
+)  # fmt: skip
 VERDICTS = ("watchdog_missed", "watchdog_fired", "nothing_stuck", "inconclusive")
 
 # Views computed once per call (in dependency order) because several others read them. room_facts
@@ -246,6 +248,8 @@ class Verdict:
     abort_storms: list[dict[str, Any]] = field(default_factory=list)
     restarts: list[dict[str, Any]] = field(default_factory=list)
     host_offsets: list[dict[str, Any]] = field(default_factory=list)
+    observed: list[dict[str, Any]] = field(default_factory=list)
+    window_basis: str = "data"
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` contract (keys documented in the issue); extra keys come after them."""
@@ -269,6 +273,8 @@ class Verdict:
             "abort_storms": self.abort_storms,
             "restarts": self.restarts,
             "host_offsets": self.host_offsets,
+            "observed": self.observed,
+            "window_basis": self.window_basis,
         }
 
 
@@ -336,9 +342,9 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
         {k: w[k] for k in _FIRING_COLUMNS} | {"bootstrap_room": str(w["bootstrap_room"])}
         for w in v["watchdog_firing_rows"] or []
     ]
-    counts = {c: int(v[c]) for c in CLASSES}
+    counts = {c: int(v[c]) for c in CLASSES if c != "undecided"}
     counts["anonymous_pins"] = int(v["anonymous_pins"])
-    counts["undecided"] = int(v["undecided"])
+    counts["undecided"] = int(v["undecided"])  # requests of that class, like the others
     counts["requests"] = int(v["requests"])
     return Verdict(
         verdict=v["verdict"],
@@ -359,7 +365,28 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
         abort_storms=_times(storms),
         restarts=_times(restarts),
         host_offsets=offsets,
+        observed=[_observed_json(o) for o in v["observed"] or []],
+        window_basis=v["window_basis"],
     )
+
+
+_QUEUES = ("inflight", "bootstrap", "transfer", "prealloc", "waiting")
+
+
+def _observed_json(o: dict[str, Any]) -> dict[str, Any]:
+    """One host and engine: the queues its stats lines showed, how often, and the longest stretch
+    of the window it showed nothing (the edges included)."""
+    gap = o["longest_gap_us"]
+    return {
+        "host": o["host"],
+        "engine": o["engine"],
+        "queues": [q for q in _QUEUES if o[q]],
+        "samples": int(o["samples"]),
+        "request_lines": int(o["request_lines"]),
+        "first_sample": iso(o["first_t"]),
+        "last_sample": iso(o["last_t"]),
+        "longest_gap_s": None if gap is None else round(gap / 1e6, 3),
+    }
 
 
 def render_text(v: Verdict, max_requests: int = 200) -> str:
@@ -514,8 +541,10 @@ def evidence_text(r: dict[str, Any]) -> list[str]:
         out.append(r["lost_reason"] or "its engine went away while it was open")
     elif cls == "completed":
         out.append(f"finished at {_fmt_t(r['decode_finished_t'] or r['kv_done_t'])}")
+    elif cls == "undecided":
+        out.append(f"it may still be held, and the logs cannot tell: {r['undecided_reason']}")
     elif cls == "in_flight":
-        out.append(r["undecided_reason"] or "still open at the window end, younger than the timeout")
+        out.append("still open at the window end, younger than the timeout")
     if r["dwell_s"] is not None:
         out.append(f"dwell {r['dwell_s']:.1f} s measured by {r['dwell_basis']}")
     if r["abort_race"]:

@@ -114,7 +114,7 @@ def test_waiting_queue_explains_the_wait(log: Log) -> None:
     for t in range(31, 200, 10):
         log.batch(t, inflight=1, queue=3)
     reqs = log.requests()
-    assert reqs[room(1)]["class"] == "in_flight" and reqs[room(1)]["prefill_status"] == "waiting_queue"
+    assert reqs[room(1)]["class"] == "undecided" and reqs[room(1)]["prefill_status"] == "waiting_queue"
     v = log.verdict()
     assert v.verdict == "inconclusive"
     assert any("waiting queue" in r for r in v.reasons)
@@ -415,7 +415,7 @@ def test_hole_journald_suppression(log: Log) -> None:
     traffic(log, 10, 200)
     suppress(log, at=150)  # lines of [120, 150] are gone: its end may be among them
     reqs = log.requests()
-    assert (reqs[room(1)]["class"], reqs[room(1)]["prefill_status"]) == ("silent_pin", "hidden")
+    assert (reqs[room(1)]["class"], reqs[room(1)]["prefill_status"]) == ("undecided", "hidden")
     v = log.verdict()
     assert v.verdict == "inconclusive"
     assert any("journald suppressed 390 messages" in r and str(room(1)) in r for r in v.reasons)

@@ -41,7 +41,7 @@ class Limits:
 
 
 # Class order of the swimlane and tables: what the operator must look at first.
-CLASS_ORDER = ["silent_pin", "watchdog_fired", "in_flight", "transfer_failed", "aborted", "lost", "completed"]
+CLASS_ORDER = ["silent_pin", "watchdog_fired", "undecided", "in_flight", "transfer_failed", "aborted", "lost", "completed"]
 
 PREFILL_GAUGES = [
     ("inflight_req", "#inflight-req"),
@@ -267,7 +267,7 @@ def point_markers(ctx: Ctx, kind: str) -> dict[str, Any]:
 
 def open_deadlines(ctx: Ctx) -> tuple[list[dict[str, Any]], int]:
     """Requests still open at the window end (or pinned), with their watchdog deadline."""
-    where = "(holder_at_end IS NOT NULL OR class IN ('silent_pin', 'in_flight')) AND watchdog_deadline_t IS NOT NULL"
+    where = "(holder_at_end IS NOT NULL OR class IN ('silent_pin', 'undecided', 'in_flight')) AND watchdog_deadline_t IS NOT NULL"
     n = ctx.con.execute(f"SELECT count(*) FROM {ctx.req} WHERE {where}").fetchone()
     total = int(n[0]) if n else 0
     step = max(1, math.ceil(total / ctx.limits.deadline_lanes))
@@ -327,7 +327,7 @@ def spans(r: dict[str, Any], end_t: int) -> list[dict[str, Any]]:
             name = "prefill: bootstrap+queue+forward" if split else "prefill"
             out.append(_span("prefill", name, p_start, first_end, p_open and not split, "Receive: line"))
     if inflight is not None:
-        stop = p_end or (open_until if p_open or r["class"] in ("silent_pin", "in_flight") else None)
+        stop = p_end or (open_until if p_open or r["class"] in ("silent_pin", "undecided", "in_flight") else None)
         if stop:
             basis = "time stats" if r.get("inflight_entry_t") else "surely past the waiting queue from here"
             out.append(
@@ -634,7 +634,7 @@ def request_details(ctx: Ctx, ordered: list[dict[str, Any]]) -> tuple[dict[str, 
             "lines": lns[: lim.lines_per_request],
             "lines_total": max(len(lns), len(evs)),  # lines were fetched for the first events only
             "deadline_us": r.get("watchdog_deadline_t")
-            if r["class"] in ("silent_pin", "in_flight")
+            if r["class"] in ("silent_pin", "undecided", "in_flight")
             else None,
         }
         size = _approx_size(detail)

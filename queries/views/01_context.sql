@@ -238,7 +238,6 @@ st AS MATERIALIZED (
             WHEN w.operator_deployed IS NOT NULL THEN w.operator_deployed
             WHEN armed.n > 0 OR fired.n > 0 THEN true
             WHEN prefill_starts.n > 0 THEN false
-            WHEN w.operator_timeout_s IS NOT NULL THEN true
         END AS deployed,
         -- which evidence says so: SGLang's own watchdogs (`Watchdog TokenizerManager initialized.`,
         -- `Scheduler watchdog timeout`) are other mechanisms and never count
@@ -247,7 +246,7 @@ st AS MATERIALIZED (
             WHEN armed.n > 0 THEN 'armed line'
             WHEN fired.n > 0 THEN 'firing lines'
             WHEN prefill_starts.n > 0 THEN 'the prefill started without the armed line'
-            WHEN w.operator_timeout_s IS NOT NULL THEN 'the operator stated its timeout; no armed line in the data'
+            WHEN w.operator_timeout_s IS NOT NULL THEN 'no armed line in the data; the operator stated a timeout'
             ELSE 'no armed line and no prefill start in the data'
         END AS deployed_basis,
         coalesce(w.operator_timeout_s, armed.timeout_s, fired.timeout_s, w.default_timeout_s) AS timeout_s,
@@ -277,11 +276,14 @@ s AS MATERIALIZED (
 -- unit (pid 1) and journald's are markers, not the engine's process.
 life AS MATERIALIZED (
     SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us, l.event, l.pid, l.invocation_id, l.line_id,
-        l.event IN ('sigterm', 'graceful_exit', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed') AS is_stop
+        l.event IN ('sigterm', 'graceful_exit', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed',
+                    'engine_died') AS is_stop,
+        -- the process died rather than stopped: a crash, a fatal signal, SGLang's own watchdogs
+        l.event IN ('engine_died', 'unit_killed', 'unit_failed') AS is_death
     FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
     WHERE l.engine IN ('prefill', 'decode')
       AND l.event IN ('server_args', 'server_ready', 'unit_started', 'sigterm', 'graceful_exit',
-                      'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed')
+                      'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed', 'engine_died')
 ),
 ident AS (
     SELECT host, engine, coalesce(invocation_id, pid::VARCHAR) AS identity, min(lo_us) AS first_us, max(hi_us) AS last_us
@@ -346,7 +348,8 @@ seconds AS MATERIALIZED (
 marks AS (
     SELECT sp.host, sp.engine, sp.incarnation,
         min(m.ts_us) FILTER (WHERE m.event = 'server_ready') AS ready_us,
-        min(m.ts_us) FILTER (WHERE m.is_stop) AS stop_us
+        min(m.ts_us) FILTER (WHERE m.is_stop) AS stop_us,
+        min(m.ts_us) FILTER (WHERE m.is_death) AS died_us
     FROM spans AS sp
     JOIN life AS m ON m.host = sp.host AND m.engine = sp.engine
      AND m.ts_us >= sp.start_us AND m.ts_us < coalesce(sp.next_start_us, 9223372036854775807)
@@ -362,7 +365,7 @@ last_lines AS (
 inc AS MATERIALIZED (
     SELECT
         sp.host, sp.engine, sp.incarnation, sp.identity, sp.started_by,
-        sp.start_us, sp.next_start_us, m.ready_us, m.stop_us, l.last_us,
+        sp.start_us, sp.next_start_us, m.ready_us, m.stop_us, l.last_us, m.died_us,
         sp.start_us - coalesce(o.offset_us, 0) AS start_t,
         m.ready_us - coalesce(o.offset_us, 0) AS ready_t,
         m.stop_us - coalesce(o.offset_us, 0) AS stop_t,
@@ -383,14 +386,15 @@ restarts AS MATERIALIZED (
         coalesce(prev.stop_t, prev.last_t, i.start_t) AS stop_t,
         coalesce(prev.last_t, prev.stop_t, i.start_t) AS gone_t,
         coalesce(i.ready_t, i.start_t) AS up_t,
-        CASE WHEN prev.stop_t IS NOT NULL THEN 'stop line' ELSE 'new process without a stop line' END AS how
+        CASE WHEN prev.died_us IS NOT NULL THEN 'died' WHEN prev.stop_t IS NOT NULL THEN 'stop line'
+             ELSE 'new process without a stop line' END AS how
     FROM inc AS i
     JOIN inc AS prev ON prev.host = i.host AND prev.engine = i.engine AND prev.incarnation = i.incarnation - 1
     UNION ALL
     -- down from its last line: a process that keeps logging after a SIGTERM is still up
     SELECT host, engine, 'stopped', incarnation, NULL, identity, NULL,
         greatest(coalesce(last_t, stop_t), stop_t), greatest(coalesce(last_t, stop_t), stop_t), NULL,
-        'stop line, no restart in the window'
+        CASE WHEN died_us IS NOT NULL THEN 'died, no restart in the window' ELSE 'stop line, no restart in the window' END
     FROM inc WHERE next_start_us IS NULL AND stop_t IS NOT NULL
 ),
 

@@ -68,7 +68,9 @@ rs AS MATERIALIZED (SELECT * FROM room_state),
 --     gone           the prefill incarnation holding it ended before the deadline
 --     hidden         a hole on its prefill (suppression, parse failure, silence) covers the moment
 --                    its deadline passed (pin_start + timeout .. deadline): its end may be in the
---                    hole, a dropped watchdog line included, whatever a later gauge shows (undecided)
+--                    hole, a dropped watchdog line included, whatever a later gauge shows; or a
+--                    hole overlaps [pin_start, deadline] and no gauge sample a full timeout+grace
+--                    after it shows it still held (undecided)
 --     released       a later gauge sample shows every prefill queue empty: it left without a line
 --     waiting_queue  open past the timeout, but the waiting queue never drained: it may still be
 --                    waiting, not pinned (undecided)
@@ -119,14 +121,19 @@ timed AS MATERIALIZED (
     LEFT JOIN emptied AS e ON e.host = h.host
 ),
 hidden_by AS (
-    -- holes over the moment the deadline passed: from a second before timeout (1-s prefixes) to
-    -- timeout + grace after pin_start, the stretch in which the watchdog would have fired
-    SELECT t.bootstrap_room, max(x.to_t) AS hole_to_t, list_sort(list(DISTINCT x.hole_id)) AS hole_ids
+    -- holes on its prefill (not its stop: that is `gone`) within its hold:
+    --   over_deadline: the hole covers the moment its deadline passed, from a second before the
+    --                  timeout (1-s prefixes) to timeout + grace after pin_start, when the watchdog
+    --                  would have fired: its line may be in the hole, whatever a later gauge shows
+    --   hole_to_t:     the last such hole over [pin_start, deadline]: a normal end may be in it,
+    --                  unless a gauge sample a full timeout + grace later still shows the queue
+    SELECT t.bootstrap_room, max(x.to_t) AS hole_to_t, list_sort(list(DISTINCT x.hole_id)) AS hole_ids,
+        bool_or(x.to_t >= t.pin_start + t.timeout_us - 1000000) AS over_deadline
     FROM timed AS t
     JOIN holes AS x
       ON x.engine = 'prefill' AND x.kind <> 'engine_down'
      AND (x.host = t.host OR x.host = '' OR t.host IS NULL)
-     AND x.from_t <= least(t.pin_start + t.stuck_us, t.obs_end) AND x.to_t >= t.pin_start + t.timeout_us - 1000000
+     AND x.from_t <= least(t.pin_start + t.stuck_us, t.obs_end) AND x.to_t >= t.pin_start
     WHERE t.pin_start IS NOT NULL
     GROUP BY t.bootstrap_room
 ),
@@ -140,12 +147,13 @@ po AS MATERIALIZED (
             WHEN t.pin_start IS NULL AND t.gone_t IS NOT NULL AND t.open_start + t.stuck_us > t.gone_t THEN 'gone'
             -- the moment its deadline passed is in a hole: whatever a later gauge shows, its end
             -- (a normal finish, or the watchdog's line) may be in there
-            WHEN hb.hole_to_t IS NOT NULL THEN 'hidden'
+            WHEN hb.over_deadline THEN 'hidden'
             -- a second of margin: the batch that scheduled it is excluded from its own sample's floor
             WHEN t.last_empty_t > coalesce(t.pin_start, t.p_recv) + 1000000 THEN 'released'
             WHEN t.pin_start IS NULL
                 THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
             WHEN t.pin_start + t.stuck_us > t.obs_end THEN 'young'
+            WHEN hb.hole_to_t IS NOT NULL AND NOT coalesce(t.last_sample_t >= hb.hole_to_t + t.stuck_us, false) THEN 'hidden'
             ELSE 'pinned'
         END AS status
     FROM timed AS t

@@ -436,6 +436,11 @@ reasons AS MATERIALIZED (
             string_agg(CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ' ORDER BY host))
     FROM unobserved HAVING count(*) > 0
     UNION ALL
+    SELECT 36, 'undecided',
+        format('{} on {} died at {} and was not seen again: what it held is lost, and nothing after is observed (collect its journal after the crash, or widen --until past its restart)',
+            engine, CASE WHEN host = '' THEN '?' ELSE host END, pdf_ts(stop_t))
+    FROM restarts WHERE kind = 'stopped' AND how LIKE 'died%'
+    UNION ALL
     SELECT 34, 'undecided',
         format('no lines in the window ({} to {}); {}: widen --since/--until',
             pdf_ts(c.start_t), pdf_ts(c.end_t),
@@ -505,7 +510,7 @@ flags AS (
         counts.watchdog_fired AS fired,
         (SELECT count(*) FROM coverage WHERE decisive) AS decisive_holes,
         -- undecided requests, and what leaves the window unobserved
-        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (31, 33, 34)) AS undecided_facts
+        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (31, 33, 34, 36)) AS undecided_facts
     FROM counts
 ),
 vd AS MATERIALIZED (

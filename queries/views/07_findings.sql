@@ -28,7 +28,7 @@ SELECT
     1::BIGINT AS n, coalesce(pinned_from_t, prefill_received_t, first_t) AS since_t,
     dwell_s, dwell_basis, abort_race, across_restart
 FROM requests
-WHERE class IN ('silent_pin', 'watchdog_fired') OR prefill_status IN ('hidden', 'waiting_queue')
+WHERE class IN ('silent_pin', 'watchdog_fired', 'undecided')
 UNION ALL
 SELECT
     'anonymous', host, NULL, NULL, NULL, NULL, 'the #inflight-req floor never returned to 0',
