@@ -115,7 +115,7 @@ def _verdict_or_none(con, since_us, until_us, watchdog_timeout, grace, sources, 
     opts = verdict_options(
         since_us, until_us if until_us is not None or not live else now_us, watchdog_timeout, grace
     )
-    return compute_verdict(con, opts)
+    return compute_verdict(con, with_unit_environment(con, opts) if live else opts)
 
 
 class _progress:
@@ -174,9 +174,21 @@ def run_verdict(
     since_us, until_us = _window_us(since, until, now_us)
     con = store.open_db(db, read_only=True)
     try:
-        return compute_verdict(con, verdict_options(since_us, until_us, watchdog_timeout, grace))
+        opts = with_unit_environment(con, verdict_options(since_us, until_us, watchdog_timeout, grace))
+        return compute_verdict(con, opts)
     finally:
         con.close()
+
+
+def with_unit_environment(con, opts: VerdictOptions) -> VerdictOptions:  # type: ignore[no-untyped-def]
+    """Read from this host's journal: the timeout the prefill unit's environment sets counts as
+    deployment evidence (below an armed line)."""
+    from pdforensics.environment import unit_timeout
+
+    found = unit_timeout(con)
+    if found is not None:
+        opts.env_timeout_s, opts.env_unit = found.timeout_s, found.unit
+    return opts
 
 
 def run_timeline(db: Path, request: str, watchdog_timeout: float | None, grace: float | None):  # type: ignore[no-untyped-def]
@@ -207,7 +219,7 @@ def run_report(
     since_us, until_us = _window_us(since, until, now_us)
     con = store.open_db(db, read_only=True)
     try:
-        opts = verdict_options(since_us, until_us, watchdog_timeout, grace)
+        opts = with_unit_environment(con, verdict_options(since_us, until_us, watchdog_timeout, grace))
         return write_report(con, out, opts, show_prompts=show_prompts)
     finally:
         con.close()

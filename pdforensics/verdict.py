@@ -50,8 +50,11 @@ _SHADOW_PARAMS: dict[int, tuple[Any, ...]] = {}
 class VerdictOptions:
     watchdog_timeout_s: float | None = None  # the operator's --watchdog-timeout; None = from the lines
     grace_s: float = DEFAULT_GRACE_S
-    since_us: int | None = None  # window, UTC us; None = the span of the data
+    since_us: int | None = None  # window, UTC us; None = the last ingest's window
     until_us: int | None = None
+    # the live host's prefill unit environment (pdforensics.environment): a configured timeout
+    env_timeout_s: float | None = None
+    env_unit: str | None = None
 
 
 # ------------------------------------------------------------------ views
@@ -138,11 +141,13 @@ def _has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 def apply_options(con: duckdb.DuckDBPyConnection, opts: VerdictOptions | None) -> None:
     """Set the views' session variables (unset ones are reset, so nothing leaks between calls)."""
     opts = opts or VerdictOptions()
-    values: dict[str, float | int | None] = {
+    values: dict[str, float | int | str | None] = {
         "pdf_watchdog_timeout_s": opts.watchdog_timeout_s,
         "pdf_grace_s": opts.grace_s,
         "pdf_since_us": opts.since_us,
         "pdf_until_us": opts.until_us,
+        "pdf_env_timeout_s": opts.env_timeout_s,
+        "pdf_env_unit": opts.env_unit,
     }
     for name, value in values.items():
         if value is None:

@@ -41,7 +41,16 @@ class Limits:
 
 
 # Class order of the swimlane and tables: what the operator must look at first.
-CLASS_ORDER = ["silent_pin", "watchdog_fired", "undecided", "in_flight", "transfer_failed", "aborted", "lost", "completed"]
+CLASS_ORDER = [
+    "silent_pin",
+    "watchdog_fired",
+    "undecided",
+    "in_flight",
+    "transfer_failed",
+    "aborted",
+    "lost",
+    "completed",
+]
 
 PREFILL_GAUGES = [
     ("inflight_req", "#inflight-req"),
@@ -327,7 +336,9 @@ def spans(r: dict[str, Any], end_t: int) -> list[dict[str, Any]]:
             name = "prefill: bootstrap+queue+forward" if split else "prefill"
             out.append(_span("prefill", name, p_start, first_end, p_open and not split, "Receive: line"))
     if inflight is not None:
-        stop = p_end or (open_until if p_open or r["class"] in ("silent_pin", "undecided", "in_flight") else None)
+        stop = p_end or (
+            open_until if p_open or r["class"] in ("silent_pin", "undecided", "in_flight") else None
+        )
         if stop:
             basis = "time stats" if r.get("inflight_entry_t") else "surely past the waiting queue from here"
             out.append(

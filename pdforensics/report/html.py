@@ -42,7 +42,7 @@ def escape(text: str) -> str:
 VERDICT_MEANING = {
     "watchdog_missed": "Something was stuck longer than the watchdog timeout and the watchdog did not fire.",
     "watchdog_fired": "Stuck requests existed and the watchdog released every one of them.",
-    "nothing_stuck": "No request stayed in flight past the timeout, the inflight gauge drained, and coverage is sufficient.",
+    "nothing_stuck": "Every prefill's inflight queue was observed through the window, and nothing stayed in it past the timeout.",
     "inconclusive": "The logs cannot decide; the reasons below name what is missing.",
 }
 

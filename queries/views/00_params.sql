@@ -21,6 +21,10 @@
 --   pdf_context_s            how far before the window lines are read as context (requests still
 --                            open at its start, incarnations, the gauge). Default 3 x (timeout +
 --                            grace), at least 900 s.
+--   pdf_env_timeout_s, pdf_env_unit   the timeout the live host's prefill unit environment sets
+--                            (`systemctl show -p Environment`: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT),
+--                            and that unit. Configuration, not proof of arming: an armed line, or a
+--                            prefill start without one, says more.
 --   pdf_storm_min_aborts, pdf_storm_gap_s   an abort storm is at least N aborted requests with
 --                            no gap longer than S seconds between them. Defaults 10 and 5 s.
 --
@@ -61,7 +65,9 @@ SELECT
     coalesce(getvariable('pdf_storm_min_aborts'), 10)::INTEGER AS storm_min_aborts,
     coalesce(getvariable('pdf_storm_gap_s'), 5)::DOUBLE AS storm_gap_s,
     300.0::DOUBLE AS default_timeout_s,
-    getvariable('pdf_context_s')::DOUBLE AS context_s;
+    getvariable('pdf_context_s')::DOUBLE AS context_s,
+    getvariable('pdf_env_timeout_s')::DOUBLE AS env_timeout_s,
+    getvariable('pdf_env_unit')::VARCHAR AS env_unit;
 
 -- The window on each host's own clock: --since/--until when given, else the window of the last
 -- ingest that stored lines (its own --since/--until, else the span of the lines it stored), so an

@@ -238,6 +238,7 @@ st AS MATERIALIZED (
             WHEN w.operator_deployed IS NOT NULL THEN w.operator_deployed
             WHEN armed.n > 0 OR fired.n > 0 THEN true
             WHEN prefill_starts.n > 0 THEN false
+            WHEN w.env_timeout_s IS NOT NULL THEN true
         END AS deployed,
         -- which evidence says so: SGLang's own watchdogs (`Watchdog TokenizerManager initialized.`,
         -- `Scheduler watchdog timeout`) are other mechanisms and never count
@@ -246,13 +247,16 @@ st AS MATERIALIZED (
             WHEN armed.n > 0 THEN 'armed line'
             WHEN fired.n > 0 THEN 'firing lines'
             WHEN prefill_starts.n > 0 THEN 'the prefill started without the armed line'
+            WHEN w.env_timeout_s IS NOT NULL
+                THEN format('the unit environment of {} sets {} s; no armed line in the data proves it armed', w.env_unit, w.env_timeout_s)
             WHEN w.operator_timeout_s IS NOT NULL THEN 'no armed line in the data; the operator stated a timeout'
             ELSE 'no armed line and no prefill start in the data'
         END AS deployed_basis,
-        coalesce(w.operator_timeout_s, armed.timeout_s, fired.timeout_s, w.default_timeout_s) AS timeout_s,
+        coalesce(w.operator_timeout_s, armed.timeout_s, w.env_timeout_s, fired.timeout_s, w.default_timeout_s) AS timeout_s,
         CASE
             WHEN w.operator_timeout_s IS NOT NULL THEN 'the operator: --watchdog-timeout'
             WHEN armed.timeout_s IS NOT NULL THEN 'armed line'
+            WHEN w.env_timeout_s IS NOT NULL THEN 'unit environment'
             WHEN fired.timeout_s IS NOT NULL THEN 'firing lines'
             ELSE 'default'
         END AS timeout_source,
