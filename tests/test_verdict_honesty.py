@@ -1,0 +1,228 @@
+"""`nothing_stuck` only where the logs show that nothing was stuck (issue: verdict honesty).
+
+Hand-built databases (tests/verdict_helpers.py), one per way evidence can mislead: a prefill
+that goes silent with requests held, a hole over a request's deadline, no prefill queue observed,
+a window the data does not reach, an engine that dies, two incidents in one file. Each checks the
+class, the counts and the verdict, and that the reason that decided comes first.
+Timeout 60 s, grace 10 s unless stated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_classification import pinned_request, suppress, traffic
+from tests.verdict_helpers import DECODE, PREFILL, T0, Log, S, room
+
+INIT_PREFILL = {**PREFILL, "pid": 1, "invocation_id": None, "syslog_identifier": "systemd"}
+
+
+@pytest.fixture
+def log(tmp_path: Path):
+    db = Log(tmp_path / "hand.duckdb")
+    yield db
+    db.close()
+
+
+def classes_add_up(v) -> None:
+    """Every request is in exactly one class, and the summary states the same numbers."""
+    counted = sum(v.counts[c] for c in ("watchdog_fired", "silent_pin", "undecided", "transfer_failed",
+                                        "aborted", "lost", "completed", "in_flight"))  # fmt: skip
+    assert counted == v.counts["requests"]
+    assert len(v.requests) == v.counts["requests"] - v.counts["completed"]
+    summary = next(r for r in v.reasons if r.startswith(f"{v.counts['requests']} requests:"))
+    assert f"{v.counts['undecided']} undecided" in summary and f"{v.counts['in_flight']} in flight" in summary
+
+
+# ------------------------------------------------------------------ a prefill that goes silent
+
+
+def test_prefill_silent_with_requests_held_is_not_healthy(log: Log) -> None:
+    """Three requests enter the inflight queue, then the prefill prints nothing more: their
+    deadlines pass in the silence, so their end (or the watchdog's line) cannot be known."""
+    traffic(log, 10, 100)
+    for i in range(3):
+        pinned_request(log, room(i + 1), at=100 + i)
+    log.batch(110, inflight=3)
+    # the decode goes on logging its own batches; the prefill says nothing to the window end
+    for t in range(120, 400, 10):
+        log.add(t, DECODE, "decode_stats", "Decode batch, #running-req: 0", running_req=0)
+    v = log.verdict()
+    assert v.verdict == "inconclusive", v.reasons
+    assert {r["class"] for r in v.requests} == {"undecided"}
+    assert v.counts["undecided"] == 3
+    assert "showed nothing of its queues" in v.reasons[0]
+    classes_add_up(v)
+
+
+def test_floor_held_a_timeout_then_silence_is_anonymous_pins(log: Log) -> None:
+    """At L0 the floor stays at 2 for longer than timeout + grace before the prefill goes quiet:
+    the samples themselves prove two requests stuck."""
+    for t in range(10, 200, 10):
+        log.batch(t, inflight=3 if t >= 40 else 1)  # floor = #inflight-req - #new-seq (1)
+    for t in range(10, 400, 10):
+        log.add(t, DECODE, "decode_stats", "Decode batch, #running-req: 0", running_req=0)
+    v = log.verdict()
+    assert v.verdict == "watchdog_missed"
+    assert v.counts["anonymous_pins"] == 2
+    assert "floor stayed at 2" in v.reasons[0]
+
+
+def test_an_idle_prefill_silence_is_named_but_does_not_decide(log: Log) -> None:
+    traffic(log, 10, 100)
+    log.batch(400, inflight=1)  # a health check much later: the queue was empty all along
+    v = log.verdict()
+    assert v.verdict == "nothing_stuck", v.reasons
+    assert v.reasons[0].startswith("nothing was held past the 60.0 s timeout")
+    assert any("showed nothing of its queues" in r and "does not decide" in r for r in v.reasons)
+
+
+# ------------------------------------------------------------------ holes
+
+
+def test_a_hole_over_the_deadline_is_undecided_whatever_a_later_gauge_shows(log: Log) -> None:
+    """Its watchdog line may be among the suppressed ones; the queue was empty afterwards, which a
+    firing explains as well as a normal finish."""
+    pinned_request(log, at=100, released_at=175)
+    traffic(log, 10, 300)
+    suppress(log, at=180)  # lines of [150, 180] are gone: the deadline (160..170) is in there
+    reqs = log.requests()
+    assert (reqs[room(1)]["class"], reqs[room(1)]["prefill_status"]) == ("undecided", "hidden")
+    v = log.verdict()
+    assert v.verdict == "inconclusive"
+    assert v.counts["undecided"] == 1
+    assert "journald suppressed 390 messages" in v.reasons[0] and str(room(1)) in v.reasons[0]
+    classes_add_up(v)
+
+
+def test_a_hole_that_does_not_decide_is_named(log: Log) -> None:
+    traffic(log, 10, 400)
+    suppress(log, at=150)
+    v = log.verdict()
+    assert v.verdict == "nothing_stuck"
+    assert any("journald suppressed 390 messages" in r and "does not decide" in r for r in v.reasons)
+
+
+def test_hole_suspect_counts_each_request_once(log: Log) -> None:
+    pinned_request(log, at=100, released_at=175)
+    traffic(log, 10, 300)
+    suppress(log, at=180)
+    v = log.verdict()
+    hole = next(h for h in v.holes if h["kind"] == "journald_suppression")
+    assert hole["suspects"] == 1 and hole["decisive"]
+    assert "overlapping 1 request(s)" in v.reasons[0]
+
+
+# ------------------------------------------------------------------ nothing observed
+
+
+def test_no_prefill_at_all_is_inconclusive(log: Log) -> None:
+    for i in range(5):
+        log.receive(10 + i * 30, DECODE, room(i), f"d{i}").finish(12 + i * 30, DECODE, room(i), f"d{i}")
+    v = log.verdict()
+    assert v.verdict == "inconclusive"
+    assert v.reasons[0].startswith("the prefill inflight queue was never observed")
+
+
+def test_a_prefill_without_queue_evidence_is_inconclusive(log: Log) -> None:
+    """A non-PD server's lines tagged prefill: batch lines without #inflight-req, no room lines."""
+    for t in range(10, 3000, 30):
+        log.add(
+            t, PREFILL, "prefill_stats", "Prefill batch, #new-seq: 1, #new-token: 8", new_seq=1, new_token=8
+        )
+    v = log.verdict()
+    assert v.verdict == "inconclusive"
+    assert "never observed" in v.reasons[0] and PREFILL["host"] in v.reasons[0]
+    observed = {(o["host"], o["engine"]): o for o in v.to_json()["observed"]}
+    assert (
+        observed[(PREFILL["host"], "prefill")]["queues"] == ["waiting"]
+        or "inflight" not in (observed[(PREFILL["host"], "prefill")]["queues"])
+    )
+
+
+def test_observed_lists_queues_samples_and_gaps(log: Log) -> None:
+    traffic(log, 10, 200)
+    log.add(
+        50, DECODE, "decode_stats", "Decode batch", running_req=1, transfer_req=0, prealloc_req=0, queue_req=0
+    )
+    doc = log.verdict().to_json()
+    rows = {(o["host"], o["engine"]): o for o in doc["observed"]}
+    p = rows[(PREFILL["host"], "prefill")]
+    assert p["queues"] == ["inflight", "bootstrap", "waiting"] and p["samples"] == 10
+    assert p["longest_gap_s"] == pytest.approx(20, abs=1)
+    d = rows[(DECODE["host"], "decode")]
+    assert d["queues"] == ["transfer", "prealloc", "waiting"] and d["samples"] == 1
+
+
+# ------------------------------------------------------------------ the window
+
+
+def test_a_window_after_the_data_says_so(log: Log) -> None:
+    traffic(log, 10, 200)
+    v = log.verdict(since_us=T0 + 5000 * S)
+    assert v.verdict == "inconclusive"
+    assert v.window_end_us >= v.window_start_us
+    assert any(r.startswith("no lines in the window") and "the data ends at" in r for r in v.reasons)
+
+
+def test_context_before_the_window_keeps_the_armed_line_and_open_requests(log: Log) -> None:
+    log.add(5, PREFILL, "watchdog_armed", "inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=60s",
+            timeout_s=60.0)  # fmt: skip
+    log.add(20, PREFILL, "server_ready", "The server is fired up and ready to roll!")
+    pinned_request(log, at=30)
+    traffic(log, 35, 300)
+    # the window starts between the armed line and ready, and after the pin's Receive:
+    v = log.verdict(timeout=None, since_us=T0 + 12 * S)
+    assert (v.timeout_s, v.timeout_source, v.deployed) == (60.0, "armed line", True)
+    v = log.verdict(timeout=None, since_us=T0 + 60 * S)
+    pins = [r for r in v.requests if r["class"] == "silent_pin"]
+    assert [r["bootstrap_room"] for r in pins] == [str(room(1))]
+    assert v.verdict == "watchdog_missed"
+    # what ended before the window is context, not judged
+    assert v.counts["completed"] < 14
+
+
+def test_the_last_ingest_is_the_default_window(log: Log) -> None:
+    """Two incidents in one file: the first ingest's silent pin is not today's answer."""
+    pinned_request(log, at=30)
+    traffic(log, 10, 300)
+    log.con.execute("UPDATE ingests SET stored = 1")
+    log.con.execute(
+        "INSERT INTO ingests (ingest_id, sources, stored, status) VALUES (2, 'hand-built', 1, 'complete')"
+    )
+    first = log.n
+    traffic(log, 3 * 3600, 3 * 3600 + 300, first=9000)
+    log.con.execute("UPDATE lines SET ingest_id = 2 WHERE line_id > ?", [first])
+    v = log.verdict()
+    assert v.verdict == "nothing_stuck", v.reasons
+    assert v.window_start_us >= T0 + 3 * 3600 * S
+    assert v.to_json()["window_basis"] == "last ingest"
+    assert any("the last ingest's (run 2)" in r for r in v.reasons)
+    assert log.verdict(since_us=T0).verdict == "watchdog_missed"  # asked for: the whole file
+
+
+# ------------------------------------------------------------------ engine deaths
+
+
+def test_a_prefill_that_dies_and_does_not_come_back(log: Log) -> None:
+    traffic(log, 10, 100)
+    pinned_request(log, at=100)
+    log.add(
+        120, PREFILL, "engine_died", "Caught signal 11 (Segmentation fault: address not mapped to object)"
+    )
+    log.add(
+        121,
+        INIT_PREFILL,
+        "unit_killed",
+        "sglang-prefill.service: Main process exited, code=killed, status=11/SEGV",
+    )
+    for t in range(130, 400, 10):
+        log.add(t, DECODE, "decode_stats", "Decode batch, #running-req: 0", running_req=0)
+    v = log.verdict()
+    reqs = {r["bootstrap_room"]: r for r in v.requests}
+    assert reqs[str(room(1))]["class"] == "lost"
+    assert v.verdict == "inconclusive"
+    assert any("died at" in r and "was not seen again" in r for r in v.reasons)
+    classes_add_up(v)
