@@ -139,10 +139,18 @@ def verdict(
     result = run_verdict(db, since, until, watchdog_timeout, grace, now_us=_now_us())
     print_verdict(result, as_json=json_out)
     if check:
-        raise typer.Exit(CHECK_CODES.get(result.verdict, 3))
+        raise typer.Exit(check_code(result))
 
 
 CHECK_CODES = {"nothing_stuck": 0, "watchdog_fired": 1, "watchdog_missed": 2, "inconclusive": 3}
+
+
+def check_code(result) -> int:  # type: ignore[no-untyped-def]
+    """The monitoring-plugin code; critical (2) too for a watchdog that fires but never recovers,
+    and for a queue the watchdog does not watch frozen with requests in it."""
+    if (result.verdict == "watchdog_fired" and result.recovery == "wedged") or result.stuck_elsewhere:
+        return 2
+    return CHECK_CODES.get(result.verdict, 3)
 
 
 @app.command()

@@ -255,6 +255,11 @@ class Verdict:
     host_offsets: list[dict[str, Any]] = field(default_factory=list)
     observed: list[dict[str, Any]] = field(default_factory=list)
     window_basis: str = "data"
+    recovery: str | None = None  # "drained" | "wedged" | "undetermined"; None when nothing fired
+    recovery_paths: list[dict[str, Any]] = field(default_factory=list)
+    stuck_elsewhere: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # frozen queues outside the watchdog's
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` contract (keys documented in the issue); extra keys come after them."""
@@ -268,6 +273,8 @@ class Verdict:
                 "deployed_basis": self.deployed_basis,
                 "grace_s": self.grace_s,
                 "firings": self.firings,
+                "recovery": self.recovery,
+                "recovery_paths": self.recovery_paths,
             },
             "evidence_level": self.evidence_level,
             "counts": self.counts,
@@ -279,6 +286,7 @@ class Verdict:
             "restarts": self.restarts,
             "host_offsets": self.host_offsets,
             "observed": self.observed,
+            "stuck_elsewhere": self.stuck_elsewhere,
             "window_basis": self.window_basis,
         }
 
@@ -286,7 +294,8 @@ class Verdict:
 # The keys of `verdict.watchdog_firing_rows` the JSON lists, in its order.
 _FIRING_COLUMNS = (
     "bootstrap_room", "rid", "host", "fired_t", "dwell_s", "state", "timeout_s", "ranks", "all_ranks",
-    "same_second", "late",
+    "same_second", "late", "decode_host", "backpressure", "decode_running_req", "decode_prealloc_req",
+    "decode_transfer_req", "decode_token_usage",
 )  # fmt: skip
 
 
@@ -309,6 +318,8 @@ def _request_json(r: dict[str, Any]) -> dict[str, Any]:
         "lost_reason": r["lost_reason"],
         "reason": r["reason"],
         "first_seen": iso(r["first_t"]),
+        # a firing while its decode was saturated: likely backpressure (None: not a firing, or no load seen)
+        "backpressure": r["backpressure"],
     }
 
 
@@ -372,6 +383,20 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
         host_offsets=offsets,
         observed=[_observed_json(o) for o in v["observed"] or []],
         window_basis=v["window_basis"],
+        recovery=v["recovery"],
+        recovery_paths=_recovery_json(v["recovery_rows"] or []),
+        stuck_elsewhere=_times(v["frozen_queues"] or []),
+    )
+
+
+def _recovery_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per prefill -> decode path the watchdog fired on: whether it recovered, and the evidence."""
+    keep = ("recovery", "firings", "first_fire_t", "last_fire_t", "completed_after_last", "stuck_after_first")
+    return _times(
+        [
+            {"prefill_host": x["p_host"], "decode_host": x["d_host_eff"]} | {k: x[k] for k in keep}
+            for x in rows
+        ]
     )
 
 

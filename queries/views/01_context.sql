@@ -353,7 +353,11 @@ marks AS (
     SELECT sp.host, sp.engine, sp.incarnation,
         min(m.ts_us) FILTER (WHERE m.event = 'server_ready') AS ready_us,
         min(m.ts_us) FILTER (WHERE m.is_stop) AS stop_us,
-        min(m.ts_us) FILTER (WHERE m.is_death) AS died_us
+        -- a death that ends a stop already under way (systemd killing a process that ignored
+        -- SIGTERM) is part of that stop; one with no stop before it is a crash
+        CASE WHEN min(m.ts_us) FILTER (WHERE m.is_death)
+                  <= coalesce(min(m.ts_us) FILTER (WHERE m.is_stop AND NOT m.is_death), 9223372036854775807)
+             THEN min(m.ts_us) FILTER (WHERE m.is_death) END AS died_us
     FROM spans AS sp
     JOIN life AS m ON m.host = sp.host AND m.engine = sp.engine
      AND m.ts_us >= sp.start_us AND m.ts_us < coalesce(sp.next_start_us, 9223372036854775807)
@@ -479,6 +483,55 @@ gauge AS MATERIALIZED (
     CROSS JOIN s
     LEFT JOIN inc AS i ON i.host = g.host AND i.engine = 'prefill' AND i.incarnation = g.incarnation
     GROUP BY g.host, g.incarnation
+),
+
+-- ---------------------------------------------------------------- the other queues, per rank
+-- Pins happen outside the prefill inflight queue too: a decode transfer or prealloc queue, the
+-- bootstrap queue of one PP/DP rank, the prefill waiting queue. Each queue of each logging rank is
+-- a stream of gauge samples; a queue frozen at the same non-zero value for longer than timeout +
+-- grace (at least 3 samples) is something stuck that the inflight watchdog does not cover. Frozen,
+-- not merely non-zero: a saturated queue moves.
+queue_samples AS (
+    SELECT coalesce(e.host, '') AS host, e.engine, coalesce(e.dp_rank, -1) AS dp_rank, coalesce(e.tp_rank, -1) AS tp_rank,
+        e.line_id, e.ts_us - coalesce(o.offset_us, 0) AS t_us, q.queue, q.value
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    CROSS JOIN LATERAL (SELECT unnest([
+        {'queue': 'bootstrap', 'value': e.bootstrap_req},
+        {'queue': 'waiting', 'value': e.queue_req}
+    ], recursive := true)) AS q
+    WHERE e.event = 'prefill_stats' AND e.engine = 'prefill'
+    UNION ALL
+    SELECT coalesce(e.host, '') AS host, e.engine, coalesce(e.dp_rank, -1) AS dp_rank, coalesce(e.tp_rank, -1) AS tp_rank,
+        e.line_id, e.ts_us - coalesce(o.offset_us, 0) AS t_us, q.queue, q.value
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    CROSS JOIN LATERAL (SELECT unnest([
+        {'queue': 'transfer', 'value': e.transfer_req},
+        {'queue': 'prealloc', 'value': e.prealloc_req}
+    ], recursive := true)) AS q
+    WHERE e.event = 'decode_stats' AND e.engine = 'decode'
+),
+queue_islands AS (
+    -- a run of equal values per stream: islands numbered by the changes before them
+    SELECT *, sum(chg) OVER (PARTITION BY host, engine, queue, dp_rank, tp_rank ORDER BY t_us, line_id
+                             ROWS UNBOUNDED PRECEDING) AS island
+    FROM (
+        SELECT *, CASE WHEN value IS DISTINCT FROM lag(value) OVER (
+                PARTITION BY host, engine, queue, dp_rank, tp_rank ORDER BY t_us, line_id) THEN 1 ELSE 0 END AS chg
+        FROM queue_samples WHERE value IS NOT NULL
+    )
+),
+frozen AS MATERIALIZED (
+    SELECT x.host, x.engine, x.queue, x.dp_rank, x.tp_rank, x.value, x.from_t, x.to_t, x.samples
+    FROM (
+        SELECT host, engine, queue, dp_rank, tp_rank, island, any_value(value) AS value,
+            min(t_us) AS from_t, max(t_us) AS to_t, count(*) AS samples
+        FROM queue_islands GROUP BY ALL
+    ) AS x, s
+    WHERE x.value > 0 AND x.samples >= 3 AND x.to_t - x.from_t > s.stuck_us AND x.to_t >= s.start_t
 ),
 
 -- ------------------------------------------------------------------------ what was logged
@@ -744,6 +797,7 @@ SELECT
     (SELECT list(h ORDER BY h.hole_id) FROM holes AS h) AS holes,
     (SELECT list(c ORDER BY c.host, c.engine) FROM coverage_by_engine AS c) AS engine_coverage,
     coalesce((SELECT list(x ORDER BY x.engine DESC, x.host) FROM observed AS x), []) AS observed,
+    coalesce((SELECT list(x ORDER BY x.from_t, x.host, x.queue) FROM frozen AS x), []) AS frozen_queues,
     coalesce((SELECT list(DISTINCT host) FROM seconds WHERE engine = 'prefill'), []) AS prefill_hosts,
     coalesce((SELECT list(a) FROM abort_rooms AS a), []) AS abort_rooms,
     (SELECT list(t) FROM tp_ranks AS t) AS prefill_tp_ranks,

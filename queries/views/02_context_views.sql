@@ -2,7 +2,7 @@
 
 CREATE OR REPLACE VIEW settings AS
 SELECT * EXCLUDE (host_offsets, incarnations, engine_restarts, host_gauge, holes, engine_coverage, prefill_hosts,
-                  abort_rooms, prefill_tp_ranks, observed, prefill_evidence)
+                  abort_rooms, prefill_tp_ranks, observed, prefill_evidence, frozen_queues)
 FROM context;
 
 CREATE OR REPLACE VIEW watchdog AS
@@ -36,6 +36,10 @@ SELECT unnest(engine_coverage, recursive := true) FROM context;
 -- What each engine's stats lines showed of its queues in the window (`verdict --json`'s `observed`).
 CREATE OR REPLACE VIEW observed AS
 SELECT unnest(observed, recursive := true) FROM context;
+
+-- Queues other than the prefill inflight queue frozen at a non-zero value past timeout + grace.
+CREATE OR REPLACE VIEW frozen_queues AS
+SELECT unnest(frozen_queues, recursive := true) FROM context;
 
 CREATE OR REPLACE VIEW evidence AS
 SELECT evidence_level FROM context;

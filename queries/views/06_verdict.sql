@@ -19,7 +19,7 @@ rq AS MATERIALIZED (
     SELECT bootstrap_room, room, class, prefill_status, holder_at_end, p_host, might_be_stuck, first_t, last_t,
         hole_ids, dwell_s, dwell_basis, abort_race, across_restart, aborted_t, abort_race_outcome, undecided_reason,
         watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t,
-        prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks
+        prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks, d_host
     FROM requests
 ),
 -- holes of the context before the window count only where they bear on a request judged in it
@@ -320,6 +320,98 @@ storm_rows AS MATERIALIZED (
     LEFT JOIN decode_after AS da USING (storm)
 ),
 
+-- ------------------------------------------------------------------------ the watchdog's firings
+-- Each firing with the decode's load at that moment (its last batch line before the firing,
+-- within 30 s; the next one says whether the backlog was draining): a timeout fires on a healthy
+-- but saturated decode too. Saturated: token usage >= 0.95, or prealloc + transfer queues of 4 or
+-- more that were not shrinking.
+dload AS MATERIALIZED (
+    SELECT coalesce(e.host, '') AS host, e.ts_us - o.offset_us AS t_us, e.running_req, e.prealloc_req, e.transfer_req,
+        coalesce(e.token_usage, e.full_token_usage) AS token_usage,
+        coalesce(e.prealloc_req, 0) + coalesce(e.transfer_req, 0) AS backlog
+    FROM events AS e
+    JOIN (SELECT unnest(host_offsets, recursive := true) FROM c) AS o
+      ON o.host = coalesce(e.host, '') AND e.ts_us >= o.lo_us AND e.ts_us <= o.hi_us
+    WHERE e.event = 'decode_stats' AND e.engine = 'decode'
+),
+fired_rq AS MATERIALIZED (
+    -- with one decode, a firing's decode is that one even when no decode line names the room
+    SELECT r.*, coalesce(r.d_host, CASE WHEN (SELECT count(DISTINCT host) FROM dload) = 1 THEN (SELECT min(host) FROM dload) END)
+        AS d_host_eff
+    FROM rq AS r WHERE r.watchdog_fired_t IS NOT NULL
+),
+fire_load AS MATERIALIZED (
+    SELECT f.bootstrap_room,
+        CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.t_us END AS load_t,
+        CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.running_req END AS decode_running_req,
+        CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.prealloc_req END AS decode_prealloc_req,
+        CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.transfer_req END AS decode_transfer_req,
+        CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.token_usage END AS decode_token_usage,
+        CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000
+             THEN coalesce(b.token_usage >= 0.95, false) OR (b.backlog >= 4 AND coalesce(a.backlog, b.backlog) >= b.backlog)
+        END AS backpressure
+    FROM fired_rq AS f
+    ASOF LEFT JOIN dload AS b ON b.host = f.d_host_eff AND b.t_us <= f.watchdog_fired_t
+    ASOF LEFT JOIN dload AS a ON a.host = f.d_host_eff AND a.t_us > f.watchdog_fired_t
+),
+firings AS (
+    SELECT
+        r.bootstrap_room, r.room, r.prefill_rid AS rid, r.p_host AS host, r.watchdog_fired_t AS fired_t,
+        r.wd_dwell_s AS dwell_s, r.wd_state AS state, coalesce(r.wd_timeout_s, c.timeout_s) AS timeout_s,
+        r.wd_ranks AS ranks, r.wd_n_ranks AS n_ranks, tp.tp_ranks AS host_tp_ranks,
+        r.wd_n_ranks >= coalesce(tp.tp_ranks, 0) AS all_ranks,
+        r.wd_same_second AS same_second,
+        r.wd_dwell_s > coalesce(r.wd_timeout_s, c.timeout_s) + c.grace_s AS late,
+        r.across_restart,
+        r.d_host_eff AS decode_host, fl.backpressure, fl.decode_running_req, fl.decode_prealloc_req,
+        fl.decode_transfer_req, fl.decode_token_usage
+    FROM fired_rq AS r
+    CROSS JOIN c
+    LEFT JOIN tp ON tp.host = r.p_host
+    LEFT JOIN fire_load AS fl USING (bootstrap_room)
+),
+-- Did the deployment recover? Per prefill -> decode path that fired:
+--   wedged        nothing completed on the path after its first firing, and the firings went on
+--                 (a later firing) or later rooms on the path are stuck again (fired, pinned,
+--                 undecided): on NIXL one stuck handle blocks every later room to that decode
+--   drained       after the last firing the prefill's floor was seen at 0 and a request on the
+--                 path completed
+--   undetermined  neither can be shown (no traffic on the path after the last firing, say)
+fire_paths AS MATERIALIZED (
+    SELECT p_host, d_host_eff, min(watchdog_fired_t) AS first_fire_t, max(watchdog_fired_t) AS last_fire_t,
+        count(*) AS firings
+    FROM fired_rq GROUP BY ALL
+),
+path_after AS (
+    SELECT f.p_host, f.d_host_eff, any_value(f.first_fire_t) AS first_fire_t, any_value(f.last_fire_t) AS last_fire_t,
+        any_value(f.firings) AS firings,
+        count(r.bootstrap_room) FILTER (WHERE r.class = 'completed' AND r.last_t > f.first_fire_t) AS completed_after_first,
+        count(r.bootstrap_room) FILTER (WHERE r.class = 'completed' AND r.last_t > f.last_fire_t) AS completed_after_last,
+        count(r.bootstrap_room) FILTER (WHERE r.first_t > f.first_fire_t AND r.class IN ('watchdog_fired', 'silent_pin', 'undecided'))
+            AS stuck_after_first
+    FROM fire_paths AS f
+    LEFT JOIN rq AS r ON r.p_host IS NOT DISTINCT FROM f.p_host
+     AND coalesce(r.d_host, f.d_host_eff) IS NOT DISTINCT FROM f.d_host_eff
+    GROUP BY f.p_host, f.d_host_eff
+),
+recovery_rows AS MATERIALIZED (
+    SELECT pa.*, g.last_zero_t,
+        CASE
+            WHEN pa.completed_after_first = 0 AND (pa.stuck_after_first > 0 OR pa.last_fire_t > pa.first_fire_t + 1000000)
+                THEN 'wedged'
+            WHEN g.last_zero_t > pa.last_fire_t AND pa.completed_after_last > 0 THEN 'drained'
+            ELSE 'undetermined'
+        END AS recovery
+    FROM path_after AS pa
+    LEFT JOIN (SELECT host, max(last_zero_t) AS last_zero_t FROM gauge GROUP BY host) AS g ON g.host = pa.p_host
+),
+recovery AS (
+    SELECT CASE WHEN count(*) = 0 THEN NULL
+                WHEN bool_or(recovery = 'wedged') THEN 'wedged'
+                WHEN bool_and(recovery = 'drained') THEN 'drained'
+                ELSE 'undetermined' END AS recovery
+    FROM recovery_rows
+),
 -- ------------------------------------------------------------------------------- window
 -- Prefills whose inflight queue the window never showed: no #inflight-req sample and no request
 -- line (a decode-only export, a non-PD log, a prefill that only started); and a window with no
@@ -387,6 +479,15 @@ reasons AS MATERIALIZED (
                 ELSE format('up to {} anonymous pin(s), an upper bound from the gauge (the floor less the named pins; no request log names the rest)', anonymous_pins) END)
     FROM anon_x WHERE anonymous_pins > 0
     UNION ALL
+    SELECT 13, 'stuck',
+        format('stuck outside the watchdog''s queue: {} on {}{}: #{}-req stayed at {} from {} to {} ({:.0f} s, {} batch lines); the inflight watchdog does not cover it, so whether it missed cannot be told',
+            engine, CASE WHEN host = '' THEN '?' ELSE host END,
+            CASE WHEN dp_rank >= 0 THEN format(' DP{}', dp_rank) WHEN tp_rank >= 0 THEN format(' TP{}', tp_rank) ELSE '' END,
+            CASE queue WHEN 'waiting' THEN 'queue' ELSE queue END, value, pdf_ts(from_t), pdf_ts(to_t),
+            (to_t - from_t) / 1e6, samples)
+    FROM (SELECT DISTINCT ON (host, engine, queue, dp_rank, from_t // 1000000) *
+          FROM (SELECT unnest(frozen_queues, recursive := true) FROM c))
+    UNION ALL
     SELECT 12, 'gauge',
         format('{}: the #inflight-req floor stayed at {} from {} to the last batch line at {}, but at a batch line in that stretch the requests the request log names as possibly held were as many as the floor: no anonymous pin is proven (the gauge alone would allow up to {})',
             CASE WHEN host = '' THEN 'prefill' ELSE 'prefill ' || host END, pinned_floor,
@@ -400,6 +501,24 @@ reasons AS MATERIALIZED (
                  ELSE format(', {} with ranks in different seconds, {} without every TP rank', split_second, missing_ranks) END,
             CASE WHEN late > 0 THEN format('; {} fired later than timeout + grace: {}', late, array_to_string(late_rooms, ', ')) ELSE '' END)
     FROM fired WHERE n > 0
+    UNION ALL
+    SELECT 21, 'fired',
+        CASE recovery
+            WHEN 'wedged' THEN format('not recovered: the watchdog fired {} time(s) on {} -> {} from {} to {} and nothing completed on that path after the first firing ({} later room(s) stuck again): a wedged transfer worker, not a one-off',
+                firings, CASE WHEN p_host = '' THEN 'the prefill' ELSE p_host END, coalesce(nullif(d_host_eff, ''), 'the decode'),
+                pdf_ts(first_fire_t), pdf_ts(last_fire_t), stuck_after_first)
+            WHEN 'drained' THEN format('recovered: after the last firing ({}) the inflight floor was seen at 0 and {} request(s) on {} -> {} completed',
+                pdf_ts(last_fire_t), completed_after_last, CASE WHEN p_host = '' THEN 'the prefill' ELSE p_host END,
+                coalesce(nullif(d_host_eff, ''), 'the decode'))
+            ELSE format('recovery undetermined on {} -> {}: after the last firing ({}) no completed request on that path or no empty floor shows it drained',
+                CASE WHEN p_host = '' THEN 'the prefill' ELSE p_host END, coalesce(nullif(d_host_eff, ''), 'the decode'), pdf_ts(last_fire_t))
+        END
+    FROM recovery_rows
+    UNION ALL
+    SELECT 22, 'fired',
+        format('{} firing(s) fired while decode was saturated: likely backpressure, not a dead peer ({})', count(*),
+            array_to_string(list(room ORDER BY fired_t)[1:5], ', '))
+    FROM firings WHERE backpressure HAVING count(*) > 0
     UNION ALL
     SELECT 30, 'hole',
         CASE kind
@@ -423,7 +542,8 @@ reasons AS MATERIALIZED (
                      WHEN kind = 'engine_down' THEN 'the requests the engine held are gone with it'
                      ELSE 'no request that might be stuck and no open floor lies in it' END) END
     FROM (SELECT *, count(*) OVER (PARTITION BY kind) AS n_kind, row_number() OVER (PARTITION BY kind ORDER BY from_t) AS k_kind
-          FROM coverage WHERE NOT decisive AND kind <> 'short_window')
+          -- restarts and stops have reasons of their own
+          FROM coverage WHERE NOT decisive AND kind NOT IN ('short_window', 'engine_down'))
     WHERE n_kind <= 3 OR k_kind = 1
     UNION ALL
     SELECT 31, 'undecided',
@@ -483,26 +603,13 @@ reasons AS MATERIALIZED (
 -- The watchdog's firings (the `watchdog_firings` view): every rank should fire in the same second
 -- (the patch checks the deadline before the all-reduce); late: the dwell exceeds the timeout by
 -- more than one poll loop (grace).
-firings AS (
-    SELECT
-        r.bootstrap_room, r.room, r.prefill_rid AS rid, r.p_host AS host, r.watchdog_fired_t AS fired_t,
-        r.wd_dwell_s AS dwell_s, r.wd_state AS state, coalesce(r.wd_timeout_s, c.timeout_s) AS timeout_s,
-        r.wd_ranks AS ranks, r.wd_n_ranks AS n_ranks, tp.tp_ranks AS host_tp_ranks,
-        r.wd_n_ranks >= coalesce(tp.tp_ranks, 0) AS all_ranks,
-        r.wd_same_second AS same_second,
-        r.wd_dwell_s > coalesce(r.wd_timeout_s, c.timeout_s) + c.grace_s AS late,
-        r.across_restart
-    FROM rq AS r
-    CROSS JOIN c
-    LEFT JOIN tp ON tp.host = r.p_host
-    WHERE r.watchdog_fired_t IS NOT NULL
-),
 -- Every request that did not complete, in class order (design.md §3), then by first line.
 not_completed AS (
-    SELECT bootstrap_room, prefill_rid, decode_rid, class, abort_race, across_restart, one_sided, dwell_s,
-        dwell_basis, evidence_level, abort_race_outcome, prefill_status, undecided_reason, lost_reason, reason,
-        first_t
-    FROM rq WHERE class <> 'completed'
+    SELECT r.bootstrap_room, r.prefill_rid, r.decode_rid, r.class, r.abort_race, r.across_restart, r.one_sided, r.dwell_s,
+        r.dwell_basis, r.evidence_level, r.abort_race_outcome, r.prefill_status, r.undecided_reason, r.lost_reason, r.reason,
+        r.first_t, fl.backpressure
+    FROM rq AS r LEFT JOIN fire_load AS fl USING (bootstrap_room)
+    WHERE r.class <> 'completed'
 ),
 flags AS (
     SELECT
@@ -510,7 +617,8 @@ flags AS (
         counts.watchdog_fired AS fired,
         (SELECT count(*) FROM coverage WHERE decisive) AS decisive_holes,
         -- undecided requests, and what leaves the window unobserved
-        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (31, 33, 34, 36)) AS undecided_facts
+        -- a queue the watchdog does not watch, frozen: something is stuck, but not the watchdog's to release
+        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (13, 31, 33, 34, 36)) AS undecided_facts
     FROM counts
 ),
 vd AS MATERIALIZED (
@@ -548,7 +656,7 @@ all_reasons AS MATERIALIZED (
     SELECT r.*,
         CASE vd.verdict
             WHEN 'watchdog_missed' THEN r.kind = 'missed'
-            WHEN 'inconclusive' THEN r.kind = 'undecided' OR (r.kind = 'hole' AND r.ord = 30)
+            WHEN 'inconclusive' THEN r.kind IN ('undecided', 'stuck') OR (r.kind = 'hole' AND r.ord = 30)
             WHEN 'watchdog_fired' THEN r.kind = 'fired'
             ELSE r.kind = 'clean'
         END AS decides
@@ -569,5 +677,8 @@ SELECT
     (SELECT list(w ORDER BY w.fired_t, w.bootstrap_room) FROM firings AS w) AS watchdog_firing_rows,
     (SELECT list(n ORDER BY pdf_class_rank(n.class), n.first_t, n.bootstrap_room) FROM not_completed AS n)
         AS not_completed,
-    c.window_basis, c.observed
+    c.window_basis, c.observed,
+    (SELECT recovery FROM recovery) AS recovery,
+    c.frozen_queues,
+    (SELECT list(x ORDER BY x.first_fire_t) FROM recovery_rows AS x) AS recovery_rows
 FROM c, counts, flags AS f, vd;
