@@ -265,7 +265,7 @@ def test_an_empty_window_still_reports_why_it_cannot_decide(tmp_path: Path) -> N
     finally:
         con.close()
     assert 'id="verdict-text">inconclusive<' in page
-    assert "no prefill line in the window" in page
+    assert "no lines in the window" in page
 
 
 @pytest.mark.slow

@@ -574,13 +574,16 @@ coverage_by_engine AS MATERIALIZED (
 --                         engine received new requests (or, at L0, ran batches): its lines are missing
 -- A hole is `covered` when prefill evidence (a per-request line, a gauge sample, a terminal line)
 -- exists a full timeout+grace after it: a request stuck in the hole would show there (a watchdog
--- line, a floor, an open request).
+-- line, a floor, an open request). prefill_silent is not lost lines: a prefill that fired printed
+-- its line, so a silence the prefill comes back from (seen_after) hides no watchdog line; one that
+-- lasts to the window end may hide a hung or dead prefill, and whatever it did.
 suppressed AS (
     SELECT 'journald_suppression' AS kind, coalesce(e.host, '') AS host,
         CASE WHEN e.unit ILIKE '%prefill%' THEN 'prefill' WHEN e.unit ILIKE '%decode%' THEN 'decode' ELSE e.engine END AS engine,
         e.unit, e.ts_us - coalesce(o.offset_us, 0) - s.suppress_us AS from_t, e.ts_us - coalesce(o.offset_us, 0) AS to_t,
         e.count AS n,
-        format('journald suppressed {} messages from {}', coalesce(e.count::VARCHAR, 'some'), coalesce(e.unit, '?')) AS detail
+        format('journald suppressed {} messages from {}', coalesce(e.count::VARCHAR, 'some'), coalesce(e.unit, '?')) AS detail,
+        NULL::BOOLEAN AS seen_after
     FROM events AS e
     CROSS JOIN s
     JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
@@ -592,7 +595,8 @@ parse_errors AS (
         min(x.ts_us) - any_value(coalesce(o.offset_us, 0)) AS from_t,
         max(x.ts_us) - any_value(coalesce(o.offset_us, 0)) AS to_t,
         count(*) AS n,
-        format('{} recognised SGLang line(s) failed to parse ({})', count(*), string_agg(DISTINCT x.parse_error, ', ')) AS detail
+        format('{} recognised SGLang line(s) failed to parse ({})', count(*), string_agg(DISTINCT x.parse_error, ', ')) AS detail,
+        NULL::BOOLEAN AS seen_after
     FROM (
         SELECT coalesce(l.host, '') AS host, l.engine, l.unit, l.ts_us, l.parse_error
         FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
@@ -605,7 +609,8 @@ down AS (
     SELECT 'engine_down' AS kind, r.host, r.engine, NULL AS unit, r.stop_t AS from_t, coalesce(r.up_t, s.end_t) AS to_t,
         NULL::BIGINT AS n,
         CASE WHEN r.kind = 'restart' THEN format('{} restarted ({})', r.engine, r.how)
-             ELSE format('{} stopped and did not come back in the window', r.engine) END AS detail
+             ELSE format('{} stopped and did not come back in the window', r.engine) END AS detail,
+        NULL::BOOLEAN AS seen_after
     FROM restarts AS r, s
 ),
 received AS MATERIALIZED (
@@ -653,7 +658,8 @@ gaps AS (
 silent AS (
     SELECT 'engine_silent' AS kind, g.host, g.engine, NULL AS unit, g.from_t, g.to_t, sum(t.n)::BIGINT AS n,
         format('{} logged nothing for {:.0f} s while the other engine took {} new request(s) or batches',
-               g.engine, (g.to_t - g.from_t) / 1e6, sum(t.n)::BIGINT) AS detail
+               g.engine, (g.to_t - g.from_t) / 1e6, sum(t.n)::BIGINT) AS detail,
+        NULL::BOOLEAN AS seen_after
     FROM gaps AS g
     CROSS JOIN s
     JOIN traffic AS t
@@ -680,18 +686,21 @@ queue_seen AS MATERIALIZED (
     GROUP BY e.host, e.sec
 ),
 quiet_gaps AS (
-    SELECT host, lag(hi_t) OVER (PARTITION BY host ORDER BY lo_t) AS from_t, lo_t AS to_t FROM queue_seen
+    -- seen_after: the prefill showed its queues again at the silence's end (false: to the window end)
+    SELECT host, lag(hi_t) OVER (PARTITION BY host ORDER BY lo_t) AS from_t, lo_t AS to_t, true AS seen_after
+    FROM queue_seen
     UNION ALL
-    SELECT q.host, any_value(s.start_t), min(q.lo_t) FROM queue_seen AS q, s GROUP BY q.host
+    SELECT q.host, any_value(s.start_t), min(q.lo_t), true FROM queue_seen AS q, s GROUP BY q.host
     UNION ALL
-    SELECT q.host, max(q.hi_t), any_value(s.end_t) FROM queue_seen AS q, s GROUP BY q.host
+    SELECT q.host, max(q.hi_t), any_value(s.end_t), false FROM queue_seen AS q, s GROUP BY q.host
 ),
 quiet AS (
     SELECT 'prefill_silent' AS kind, g.host, 'prefill' AS engine, NULL AS unit,
         greatest(g.from_t, s.ctx_start_t) AS from_t, g.to_t, NULL::BIGINT AS n,
         format('the prefill showed nothing of its queues for {:.0f} s (no batch line, no request line{})',
                (g.to_t - greatest(g.from_t, s.ctx_start_t)) / 1e6,
-               CASE WHEN g.to_t >= s.end_t THEN ', to the window end' ELSE '' END) AS detail
+               CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END) AS detail,
+        g.seen_after
     FROM quiet_gaps AS g, s
     WHERE g.from_t IS NOT NULL AND g.to_t - greatest(g.from_t, s.ctx_start_t) > s.stuck_us AND g.to_t > s.start_t
       AND NOT EXISTS (SELECT 1 FROM silent AS x WHERE x.host = g.host AND x.engine = 'prefill'

@@ -131,7 +131,9 @@ hidden_by AS (
         bool_or(x.to_t >= t.pin_start + t.timeout_us - 1000000) AS over_deadline
     FROM timed AS t
     JOIN holes AS x
-      ON x.engine = 'prefill' AND x.kind <> 'engine_down'
+      -- lost lines (suppression, parse failures, silence while traffic flowed), or a silence of
+      -- the prefill that lasts to the window end; not its stop (that is `gone`)
+      ON x.engine = 'prefill' AND x.kind <> 'engine_down' AND NOT coalesce(x.seen_after, false)
      AND (x.host = t.host OR x.host = '' OR t.host IS NULL)
      AND x.from_t <= least(t.pin_start + t.stuck_us, t.obs_end) AND x.to_t >= t.pin_start
     WHERE t.pin_start IS NOT NULL

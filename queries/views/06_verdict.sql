@@ -562,12 +562,14 @@ reasons AS MATERIALIZED (
     FROM restarts WHERE kind = 'stopped' AND how LIKE 'died%'
     UNION ALL
     SELECT 34, 'undecided',
-        format('no lines in the window ({} to {}); {}: widen --since/--until',
-            pdf_ts(c.start_t), pdf_ts(c.end_t),
-            CASE WHEN c.data_end_us IS NULL THEN 'the database holds no timed line'
+        CASE WHEN c.data_end_us IS NULL
+            THEN 'no lines in the window: the database holds no timed line (nothing was ingested: check --unit / --since / journal access)'
+            ELSE format('no lines in the window ({} to {}); {}: widen --since/--until',
+            coalesce(pdf_ts(c.start_t), 'the start'), coalesce(pdf_ts(c.end_t), 'the end'),
+            CASE
                  WHEN c.data_end_us < c.start_t THEN 'the data ends at ' || pdf_ts(c.data_end_us)
                  WHEN c.data_start_us > c.end_t THEN 'the data starts at ' || pdf_ts(c.data_start_us)
-                 ELSE format('the data spans {} to {}', pdf_ts(c.data_start_us), pdf_ts(c.data_end_us)) END)
+                 ELSE format('the data spans {} to {}', pdf_ts(c.data_start_us), pdf_ts(c.data_end_us)) END) END
     FROM c, window_lines AS wl WHERE wl.n = 0
     UNION ALL
     SELECT 32, 'undecided',
@@ -661,6 +663,7 @@ all_reasons AS MATERIALIZED (
             ELSE r.kind = 'clean'
         END AS decides
     FROM (SELECT * FROM reasons UNION ALL SELECT * FROM clean UNION ALL SELECT * FROM window_reason) AS r, vd
+    WHERE r.reason IS NOT NULL
 )
 SELECT
     vd.verdict,
