@@ -29,13 +29,15 @@ SAMPLES: list[tuple[Entry, int, Sample]] = [
 DOCUMENTED_EVENTS = {
     "prefill_stats", "decode_stats",
     "prefill_bootstrap_failed", "prefill_transfer_failed", "decode_handshake_failed", "decode_transfer_failed",
-    "watchdog_armed", "watchdog_fired",
+    "watchdog_armed", "watchdog_fired", "decode_watchdog_fired",
     "request_received", "request_finished", "req_time_stats", "abort_request",
-    "server_ready", "sigterm", "server_args", "scheduler_watchdog_timeout", "scheduler_exception",
+    "server_ready", "sigterm", "server_args", "scheduler_watchdog_timeout", "engine_died",
     "health_check_failed", "graceful_exit", "journal_suppressed",
     "unit_started", "unit_stopping", "unit_stopped", "unit_killed", "unit_failed",
     "http_access", "session_failed", "transfer_error", "lost_prefill",
     "bootstrap_timeout_hint", "waiting_timeout_hint", "router_log", "native_log",
+    "retraction", "retract_abort", "rebootstrap_failed", "role_switch", "config_logging", "trace_dropped",
+    "mixed_versions", "nixl_peer_invalidated", "soft_watchdog_init", "request_metrics", "bootstrap_http_access",
 }  # fmt: skip
 
 
