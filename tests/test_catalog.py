@@ -334,3 +334,26 @@ def test_later_user_file_wins(tmp_path: Path) -> None:
 
 def test_bundled_file_is_shipped_beside_the_loader() -> None:
     assert BUNDLED.name == "sglang.toml" and BUNDLED.is_file()
+
+
+TIMEOUT_KINDS = {
+    "bootstrap_timeout", "waiting_timeout", "request_waiting_timeout", "request_running_timeout",
+    "mooncake_transfer_timeout", "mori_sla", "prefill_completion_timeout", "nixl_settle_timeout",
+    "deferred_release_timeout",
+}  # fmt: skip
+
+
+def test_constant_fields_are_known_text_values() -> None:
+    from pdforensics.schema import KVPOLL_STATES
+
+    with_constants = [e for e in CATALOG.entries if e.constants]
+    assert with_constants
+    for entry in with_constants:
+        for key, value in entry.constants.items():
+            assert EVENT_FIELDS.get(key) == pl.String(), (entry.name, key)
+            if key == "state":
+                assert value in KVPOLL_STATES.values(), (entry.name, value)
+            if key == "timeout_kind":
+                assert value in TIMEOUT_KINDS, (entry.name, value)
+                # an upstream timeout is never the operator's watchdog
+                assert entry.event not in ("watchdog_fired", "decode_watchdog_fired"), entry.name
