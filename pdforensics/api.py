@@ -68,13 +68,14 @@ def run_ingest(
     grace: float | None,
     progress: bool,
     now_us: int,
+    watchdog_dialect: str | None = None,
 ) -> tuple[IngestSummary, Verdict | None]:
     from pdforensics.ingest import ingest
 
     window = checked_window(since, until, now_us, tz)
     lock_wait_s = ingest_lock_wait_s()
     selection = Selection(window=window, units=tuple(units or ("sglang*",)))
-    catalog = load_catalog(catalogs or [])
+    catalog = load_catalog(catalogs or [], watchdog=watchdog_dialect)
     sources = build_sources(directories, journal_files, files, host)
     con = store.open_db(db, wait_s=lock_wait_s)
     try:

@@ -48,6 +48,13 @@ TimeoutOpt = Annotated[
     float | None,
     typer.Option("--watchdog-timeout", help="The watchdog timeout in seconds, if the logs do not say it."),
 ]
+WatchdogDialectOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--watchdog",
+        help="The deployment's watchdog dialect (dsv4, slime, ...): only its watchdog lines count (default: any known).",
+    ),
+]
 GraceOpt = Annotated[
     float | None, typer.Option("--grace", help="Slack after the timeout before a pin counts (s).")
 ]
@@ -97,6 +104,7 @@ def ingest(
     catalog: Annotated[
         list[Path] | None, typer.Option("--catalog", help="Extra catalog TOML, repeatable.")
     ] = None,
+    watchdog: WatchdogDialectOpt = None,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table.")] = False,
@@ -108,7 +116,7 @@ def ingest(
     summary, verdict = run_ingest(
         db=db, since=since, until=until, units=unit, directories=directory, journal_files=journal_file,
         files=file, tz=tz, host=host, catalogs=catalog, watchdog_timeout=watchdog_timeout, grace=grace,
-        progress=not quiet and sys.stderr.isatty(), now_us=_now_us(),
+        progress=not quiet and sys.stderr.isatty(), now_us=_now_us(), watchdog_dialect=watchdog,
     )  # fmt: skip
     if not quiet:
         print_ingest_summary(summary)
@@ -258,12 +266,14 @@ def catalog_cmd(
     extra: Annotated[
         list[Path] | None, typer.Option("--catalog", help="Extra catalog TOML, repeatable.")
     ] = None,
+    watchdog: WatchdogDialectOpt = None,
 ) -> None:
-    """List the line catalog: every entry, its event and where it comes from."""
+    """List the line catalog: every entry, its event, its watchdog dialect and where it comes from."""
     from pdforensics.catalog import load_catalog
 
-    for e in load_catalog(extra or []).entries:
-        typer.echo(f"{e.name:44s} {e.event:28s} {e.versions or '':14s} {e.origin}")
+    for e in load_catalog(extra or [], watchdog=watchdog).entries:
+        dialect = f"watchdog={e.watchdog}" if e.watchdog else "-"
+        typer.echo(f"{e.name:44s} {e.event:28s} {dialect:16s} {e.versions or '':14s} {e.origin}")
 
 
 INTERRUPTED = "interrupted; every batch committed so far is kept, rerun to continue"

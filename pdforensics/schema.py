@@ -44,6 +44,9 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "bootstrap_host": pl.String(),
     "reason": pl.String(),
     "state": pl.String(),  # KVPoll.* state named by the line
+    "state_code": pl.Int16(),  # the integer KVPoll value a line prints instead (KVPOLL_STATES names it)
+    "timeout_kind": pl.String(),  # which upstream timeout ended the request (bootstrap_timeout, ...)
+    "watchdog_queue": pl.String(),  # the queue a watchdog line names (inflight, bootstrap, transfer, prealloc)
     "rank": pl.Int16(),  # rank=N inside failure lines
     "dwell_s": pl.Float64(),
     "timeout_s": pl.Float64(),
@@ -60,6 +63,10 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "http_status": pl.Int16(),
     "client": pl.String(),
     "version": pl.String(),
+    # run-time logging changes (Config logging: ...); NULL = left unchanged by that call
+    "log_requests": pl.Boolean(),
+    "log_requests_level": pl.Int16(),
+    "log_level": pl.String(),
     # stats lines (prefill and decode batches, all versions)
     "new_seq": pl.Int64(),
     "new_token": pl.Int64(),
@@ -96,6 +103,16 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
 }
 
 ENGINES = ("prefill", "decode", "router", "other")
+
+# KVPoll (0.5.23 srt/disaggregation/base/conn.py, unchanged since 0.4.6): lines that print the
+# integer (slime's `state=3`) get state_code; this names it.
+KVPOLL_STATES: dict[int, str] = {
+    0: "KVPoll.Failed",
+    1: "KVPoll.Bootstrapping",
+    2: "KVPoll.WaitingForInput",
+    3: "KVPoll.Transferring",
+    4: "KVPoll.Success",
+}
 
 # `lines`: every stored record.  (DuckDB DDL lives in store.py.)
 LINE_COLUMNS = [

@@ -283,6 +283,16 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 
+def _add_new_event_fields(con: duckdb.DuckDBPyConnection) -> None:
+    """schema.EVENT_FIELDS only grows: a database made before a field existed gets its column (NULL)."""
+    have = {r[0] for r in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'events' AND table_schema = 'main'"
+    ).fetchall()}  # fmt: skip
+    for name, dtype in EVENT_FIELDS.items():
+        if name not in have:
+            con.execute(f"ALTER TABLE events ADD COLUMN {name} {_DUCK_TYPES[type(dtype)]}")
+
+
 def create_schema(con: duckdb.DuckDBPyConnection, path: Path | str = "") -> None:
     version = stored_version(con)
     if version is None:
@@ -301,6 +311,7 @@ def create_schema(con: duckdb.DuckDBPyConnection, path: Path | str = "") -> None
     with transaction(con):
         for ddl in [*META_DDL, LINES_DDL, _events_ddl(), *fold.DDL]:
             con.execute(ddl)
+        _add_new_event_fields(con)
         while version is not None and version < SCHEMA_VERSION:
             for sql in MIGRATIONS[version]:
                 con.execute(sql)

@@ -29,13 +29,15 @@ SAMPLES: list[tuple[Entry, int, Sample]] = [
 DOCUMENTED_EVENTS = {
     "prefill_stats", "decode_stats",
     "prefill_bootstrap_failed", "prefill_transfer_failed", "decode_handshake_failed", "decode_transfer_failed",
-    "watchdog_armed", "watchdog_fired",
+    "watchdog_armed", "watchdog_fired", "decode_watchdog_fired",
     "request_received", "request_finished", "req_time_stats", "abort_request",
-    "server_ready", "sigterm", "server_args", "scheduler_watchdog_timeout", "scheduler_exception",
+    "server_ready", "sigterm", "server_args", "scheduler_watchdog_timeout", "engine_died",
     "health_check_failed", "graceful_exit", "journal_suppressed",
     "unit_started", "unit_stopping", "unit_stopped", "unit_killed", "unit_failed",
     "http_access", "session_failed", "transfer_error", "lost_prefill",
     "bootstrap_timeout_hint", "waiting_timeout_hint", "router_log", "native_log",
+    "retraction", "retract_abort", "rebootstrap_failed", "role_switch", "config_logging", "trace_dropped",
+    "mixed_versions", "nixl_peer_invalidated", "soft_watchdog_init", "request_metrics", "bootstrap_http_access",
 }  # fmt: skip
 
 
@@ -332,3 +334,26 @@ def test_later_user_file_wins(tmp_path: Path) -> None:
 
 def test_bundled_file_is_shipped_beside_the_loader() -> None:
     assert BUNDLED.name == "sglang.toml" and BUNDLED.is_file()
+
+
+TIMEOUT_KINDS = {
+    "bootstrap_timeout", "waiting_timeout", "request_waiting_timeout", "request_running_timeout",
+    "mooncake_transfer_timeout", "mori_sla", "prefill_completion_timeout", "nixl_settle_timeout",
+    "deferred_release_timeout",
+}  # fmt: skip
+
+
+def test_constant_fields_are_known_text_values() -> None:
+    from pdforensics.schema import KVPOLL_STATES
+
+    with_constants = [e for e in CATALOG.entries if e.constants]
+    assert with_constants
+    for entry in with_constants:
+        for key, value in entry.constants.items():
+            assert EVENT_FIELDS.get(key) == pl.String(), (entry.name, key)
+            if key == "state":
+                assert value in KVPOLL_STATES.values(), (entry.name, value)
+            if key == "timeout_kind":
+                assert value in TIMEOUT_KINDS, (entry.name, value)
+                # an upstream timeout is never the operator's watchdog
+                assert entry.event not in ("watchdog_fired", "decode_watchdog_fired"), entry.name

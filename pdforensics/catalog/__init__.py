@@ -4,6 +4,12 @@ Entries live in TOML files: the bundled ``sglang.toml`` plus any ``--catalog``
 files a user passes. A user entry with the same ``name`` replaces the bundled
 one; new user entries are tried before the bundled ones (first match wins).
 
+An entry may belong to one watchdog *dialect* (``watchdog = "dsv4"``): the lines of one
+deployment's inflight-watchdog patch. ``load_catalog(watchdog=NAME)`` keeps that dialect's
+entries and drops the other dialects' (default: every known dialect). ``set`` gives fields a
+constant value for every line the entry matches (e.g. the KVPoll name of slime's integer
+``state=3``, or which upstream timeout a failure line is).
+
 Each entry needs a cheap literal anchor (``starts_with`` on the message body or
 ``contains``) so the vectorised matcher only runs the regex on candidate rows.
 A row whose anchor matches but whose ``pattern`` does not is a *recognised line
@@ -46,6 +52,9 @@ class Entry:
     fields: dict[str, str] = field(default_factory=dict)
     samples: tuple[Sample, ...] = ()
     origin: str = "bundled"
+    watchdog: str | None = None  # the watchdog dialect this entry belongs to (None: every deployment)
+    # TOML `set`: constant fields of every line the entry matches
+    constants: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,11 @@ class Catalog:
     @property
     def events(self) -> set[str]:
         return {e.event for e in self.entries}
+
+    @property
+    def dialects(self) -> list[str]:
+        """The watchdog dialects the entries name, sorted."""
+        return sorted({e.watchdog for e in self.entries if e.watchdog})
 
 
 def _check_regex(pattern: str, where: str) -> None:
@@ -79,7 +93,7 @@ def _entry_from_toml(raw: Any, origin: str) -> Entry:
     for key in ("name", "event", "pattern"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise UsageError(f"{where}: missing or empty '{key}'")
-    for key in ("starts_with", "contains", "engine", "level", "versions", "description"):
+    for key in ("starts_with", "contains", "engine", "level", "versions", "description", "watchdog"):
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise UsageError(f"{where}: '{key}' must be a string, not {_toml_type(raw[key])}")
     if not raw.get("starts_with") and not raw.get("contains"):
@@ -95,10 +109,13 @@ def _entry_from_toml(raw: Any, origin: str) -> Entry:
     for fname, pat in fields.items():
         if re.compile(pat).groups != 1:
             raise UsageError(f"{where}: field {fname!r} regex must have exactly one group")
+    if raw.get("watchdog") is not None and not DIALECT_NAME.match(raw["watchdog"]):
+        raise UsageError(f"{where}: watchdog must be a short lower-case name like 'dsv4' or 'slime'")
+    constants = _constants(raw.get("set", {}), where, {*re.compile(raw["pattern"]).groupindex, *fields})
     samples = _samples(raw.get("sample", []), where)
     known = {
         "name", "event", "pattern", "starts_with", "contains", "engine", "level",
-        "versions", "description", "fields", "sample",
+        "versions", "description", "fields", "sample", "watchdog", "set",
     }  # fmt: skip
     unknown = set(raw) - known
     if unknown:
@@ -116,7 +133,23 @@ def _entry_from_toml(raw: Any, origin: str) -> Entry:
         fields=fields,
         samples=samples,
         origin=origin,
+        watchdog=raw.get("watchdog"),
+        constants=constants,
     )
+
+
+DIALECT_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+def _constants(raw: Any, where: str, captured: set[str]) -> dict[str, str]:
+    """`set = { name = "value" }`: constant text fields; a name the line also captures is refused
+    (which of the two would win is not obvious to a reader)."""
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise UsageError(f"{where}: 'set' must be a table of name = 'value' strings")
+    both = sorted(set(raw) & captured)
+    if both:
+        raise UsageError(f"{where}: {both} both captured and set; keep one")
+    return dict(raw)
 
 
 def _samples(raw: Any, where: str) -> tuple[Sample, ...]:
@@ -168,12 +201,23 @@ def read_catalog_file(path: Path) -> list[Entry]:
     return entries
 
 
-def load_catalog(extra: list[Path] | tuple[Path, ...] = ()) -> Catalog:
-    """Bundled entries, with user files layered on top (later files win)."""
+def load_catalog(extra: list[Path] | tuple[Path, ...] = (), watchdog: str | None = None) -> Catalog:
+    """Bundled entries, with user files layered on top (later files win).
+
+    `watchdog` names the deployment's watchdog dialect: entries of other dialects are dropped
+    (entries of no dialect always stay). None keeps every dialect. A name no entry uses, bundled
+    or user, is a UsageError listing the known ones.
+    """
     bundled = read_catalog_file(BUNDLED)
     user: list[Entry] = []
     for path in extra:
         for entry in read_catalog_file(path):
             user = [e for e in user if e.name != entry.name] + [entry]
     overridden = {e.name for e in user}
-    return Catalog(tuple(user + [e for e in bundled if e.name not in overridden]))
+    full = Catalog(tuple(user + [e for e in bundled if e.name not in overridden]))
+    if watchdog is None:
+        return full
+    known = full.dialects
+    if watchdog not in known:
+        raise UsageError(f"unknown watchdog dialect {watchdog!r}; known: {', '.join(known)}")
+    return Catalog(tuple(e for e in full.entries if e.watchdog in (None, watchdog)))

@@ -503,13 +503,21 @@ def storms_table(ctx: Ctx, storms: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def failures_table(ctx: Ctx) -> dict[str, Any]:
-    # Numbers (rooms, seconds, ranks) vary per line; the reason's words group them. The rows with a
+    # Ids and numbers vary per line; the reason's words group them (the chain of
+    # queries/saved/failures_by_reason.sql: ids become <rid>/<room>/<addr>, numbers N). The rows with a
     # reason_kind are exactly pdf_room_lines(true), room_events' rare lines: reading those alone
     # skips the millions of Receive/Finish lines (~0.5 s at 1M requests).
     rows, total = _capped(
         ctx,
         r"""SELECT engine, event, reason_kind,
-               regexp_replace(coalesce(reason, '(no reason)'), '\d+(\.\d+)?', 'N', 'g') AS reason,
+               regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(regexp_replace(
+            coalesce(reason, '(no reason)'),
+            '''[^'']*''', '''…''', 'g'),
+            '\b0x[0-9a-fA-F]+\b', '<hex>', 'g'),
+            '\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b', '<addr>', 'g'),
+            '\b\d{8,}\b', '<room>', 'g'),
+            '\b[0-9a-fA-F]{8,}\b', '<rid>', 'g'),
+            '\d+(\.\d+)?', 'N', 'g') AS reason,
                count(*) AS lines, count(DISTINCT bootstrap_room) AS requests,
                min(t_us) AS first_t, max(t_us) AS last_t,
                min(bootstrap_room)::VARCHAR AS room
@@ -517,7 +525,7 @@ def failures_table(ctx: Ctx) -> dict[str, Any]:
         GROUP BY ALL ORDER BY requests DESC, lines DESC, engine, event, reason""",
         "Failures by reason",
     )
-    cols = [("reason", "reason (numbers as N)", "wrap"), ("reason_kind", "kind", "text"),
+    cols = [("reason", "reason (ids as <rid>/<room>, numbers as N)", "wrap"), ("reason_kind", "kind", "text"),
             ("engine", "engine", "text"), ("event", "event", "text"), ("requests", "requests", "num"),
             ("lines", "lines", "num"), ("first_t", "first", "time"), ("last_t", "last", "time"),
             ("room", "example room", "text")]  # fmt: skip
