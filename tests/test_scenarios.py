@@ -178,3 +178,35 @@ def test_plain_overrides_only_where_the_input_differs() -> None:
         for row in plain["requests"]:
             assert journal_rows.get(row["bootstrap_room"]) != row, (scenario, row)
     assert seen, "no scenario has by_input.plain"
+
+
+# Lines the new scenarios' answers rest on: each must be recognised (lines.event set), or the
+# verdict cannot state what decided it. (`Caught signal 11` is UCX's own format, no SGLang prefix.)
+DECISIVE_LINES = {
+    "prefill_dies_no_restart": (
+        "Caught signal 11 (Segmentation fault",
+        "Main process exited, code=killed, status=11/SEGV",
+        "Failed with result 'signal'.",
+    ),
+    "prefill_dies_scheduler_watchdog": (
+        "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+        "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+        "Main process exited, code=killed, status=9/KILL",
+    ),
+    "hole_hides_firing": ("Suppressed 226 messages from", "Suppressed 40 messages from"),
+    "window_starts_after_armed": ("inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=60s",),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(DECISIVE_LINES))
+def test_decisive_lines_are_recognised(scenario: str, tmp_path: Path, catalog) -> None:
+    db = tmp_path / "lines.duckdb"
+    ingest(db, [open_file_source(fixtures_dir() / scenario / "journal.json")], Selection(), catalog)
+    con = store.open_db(db, read_only=True)
+    try:
+        for needle in DECISIVE_LINES[scenario]:
+            rows = con.execute("SELECT event FROM lines WHERE contains(message, ?)", [needle]).fetchall()
+            assert rows, (scenario, needle, "not stored")
+            assert all(event is not None for (event,) in rows), (scenario, needle, "not recognised")
+    finally:
+        con.close()
