@@ -299,10 +299,9 @@ def obj_template(eng: EngineCfg) -> str:
 
 def unified_obj(eng: EngineCfg, rid: str) -> str:
     """A non-PD server's request: every bootstrap field None (real-logs/13)."""
-    body = obj_template(eng).format(
+    return obj_template(eng).format(
         rid=f"'{rid}'", stream="True", log_metrics="True", bhost="None", bport="None", room="None"
     )
-    return body
 
 
 def unified_prefill_stats(new_seq: int, new_tok: int, usage: float, queue: int, thr: float) -> str:
