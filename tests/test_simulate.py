@@ -686,3 +686,38 @@ def test_firing_ranks_share_a_second_whatever_the_window_end(tmp_path, fraction_
         if m and room:
             seconds[room.group(1)].add(m.group(1))
     assert len(seconds) == 3 and all(len(s) == 1 for s in seconds.values())
+
+
+@pytest.mark.parametrize(
+    ("how", "last_words", "status"),
+    [
+        (
+            "segv",
+            "Caught signal 11 (Segmentation fault: address not mapped to object at address 0x18)",
+            "11/SEGV",
+        ),
+        (
+            "scheduler_watchdog",
+            "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+            "9/KILL",
+        ),
+        ("sigquit_0_4", "Received sigquit from a child proces. It usually means the child failed.", "9/KILL"),
+    ],
+)
+def test_every_death_family_ends_the_process_without_a_restart(how, last_words, status):
+    from pdforensics.simulate import build as B
+    from pdforensics.simulate.model import World
+    from pdforensics.simulate.scenarios import _patched_pair
+
+    w = World("death", 0, NOW, 330.0, 1.0)
+    pre, _ = _patched_pair(w, "h")
+    p = B.running_proc(w, pre)
+    B.die(w, p, 100.0, how)
+    texts = [e.body for e in w.events]
+    assert any(last_words in t for t in texts)
+    assert f"{pre.unit}: Main process exited, code=killed, status={status}" in texts
+    assert f"{pre.unit}: Failed with result 'signal'." in texts
+    assert not any(t.startswith("Started ") for t in texts) and 100.0 < p.t_end < 101.0
+    assert w.restarts == [("prefill", p.t_end)]
+    with pytest.raises(ValueError, match="unknown death"):
+        B.die(w, p, 200.0, "meteor")
