@@ -5,6 +5,7 @@ The checks on log text use plain regexes over the written files, never pdforensi
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -23,7 +24,17 @@ from tests.conftest import have_journalctl
 
 NOW = parse_now("2026-11-29T12:10:00Z")
 NAMES = list(SCENARIOS)
-CLASSES = {"watchdog_fired", "silent_pin", "transfer_failed", "aborted", "lost", "completed", "in_flight"}
+CLASSES = {
+    "watchdog_fired",
+    "silent_pin",
+    "undecided",
+    "transfer_failed",
+    "aborted",
+    "lost",
+    "completed",
+    "in_flight",
+}
+OPTIONAL_KEYS = {"verdict_options", "ingests", "by_input"}
 VERDICTS = {"watchdog_missed", "watchdog_fired", "nothing_stuck", "inconclusive"}
 TOP_KEYS = {
     "scenario",
@@ -106,6 +117,14 @@ def test_scenarios_have_descriptions():
         "journald_suppression",
         "l0_anonymous_pins",
         "multihost_skew",
+        "prefill_goes_silent",
+        "hole_hides_firing",
+        "decode_only_export",
+        "non_pd_prefill_name",
+        "window_starts_after_armed",
+        "prefill_dies_no_restart",
+        "prefill_dies_scheduler_watchdog",
+        "two_incidents",
     ):
         assert len(SCENARIOS[required].description) > 40
 
@@ -237,7 +256,7 @@ def test_systemd_and_journald_lines_have_their_own_identity():
 def test_expected_has_the_documented_shape(name):
     doc = expected(name)
     sc = SCENARIOS[name]
-    assert set(doc) - {"verdict_options"} == TOP_KEYS
+    assert set(doc) - OPTIONAL_KEYS == TOP_KEYS
     assert doc["scenario"] == name and doc["verdict"] == sc.verdict in VERDICTS
     assert doc["evidence_level"] in {"L0", "L1", "L2", "L3"}
     assert set(doc["watchdog"]) == {"timeout_s", "deployed"} and doc["watchdog"]["deployed"] in (
@@ -245,7 +264,21 @@ def test_expected_has_the_documented_shape(name):
         False,
         None,
     )
-    assert doc.get("verdict_options", {}) == sc.verdict_options
+    since = {} if sc.since_s is None else {"since_us": doc["window"]["since_us"]}
+    opts = doc.get("verdict_options", {})
+    if since:  # seconds from the window start; the data starts a little after it
+        assert 0 < opts["since_us"] - doc["window"]["since_us"] < sc.since_s * 1e6
+        since = {"since_us": opts["since_us"]}
+    assert opts == sc.verdict_options | since
+    for run in doc.get("ingests", []):
+        assert set(run) == {"since_us", "until_us", "verdict"} and run["verdict"] in VERDICTS
+        assert run["since_us"] < run["until_us"]
+    if "ingests" in doc:
+        assert doc["ingests"][-1]["verdict"] == doc["verdict"]
+    for source, over in doc.get("by_input", {}).items():
+        assert source == "plain" and over["verdict"] in VERDICTS
+        assert set(over) == {"verdict", "reasons_contain", "anonymous_pins", "requests"}
+        assert all(list(r) == REQ_KEYS and r["class"] in CLASSES for r in over["requests"])
     ts = [int(e["__REALTIME_TIMESTAMP"]) for e in entries(name)]
     assert doc["window"] == {"since_us": min(ts), "until_us": max(ts)}
     assert all(isinstance(s, str) and s == s.lower() for s in doc["reasons_contain"])
@@ -373,6 +406,156 @@ def test_suppression_hole_and_short_window():
     assert short["window"]["until_us"] - short["window"]["since_us"] < 60_000_000
     assert "shorter than the watchdog timeout" in short["reasons_contain"]
     assert any(r["class"] == "in_flight" for r in short["requests"])
+
+
+# ---- verdict honesty (issue 12): what each new scenario's files really hold -------------------------
+
+
+def _rooms_of(doc: dict, cls: str) -> list[str]:
+    return [r["bootstrap_room"] for r in doc["requests"] if r["class"] == cls]
+
+
+def _first_ts(name: str, needle: str) -> int:
+    return next(int(e["__REALTIME_TIMESTAMP"]) for e in entries(name) if needle in message(e))
+
+
+def test_prefill_goes_silent_before_any_deadline():
+    doc = expected("prefill_goes_silent")
+    timeout_us = doc["watchdog"]["timeout_s"] * 1_000_000
+    prefill = unit_lines("prefill_goes_silent", "prefill")
+    last = prefill[-1][0]
+    assert doc["window"]["until_us"] - last > timeout_us + 10_000_000  # longer than timeout + grace
+    assert floors("prefill_goes_silent")[-1][1] >= 3  # the last sample shows the three open
+    later = [m for ts, m in unit_lines("prefill_goes_silent", "decode") if ts > last and "Receive: obj=" in m]
+    assert len(later) >= 5  # the decode keeps taking new requests
+    undecided = _rooms_of(doc, "undecided")
+    assert len(undecided) == 3
+    for room in undecided:
+        recv = next(ts for ts, m in prefill if f"bootstrap_room={room}," in m)
+        assert last - recv < timeout_us  # the silence starts before its deadline
+    plain = fixture("prefill_goes_silent") / "plain" / "dsv4-node-11-sglang-dsv4-prefill.log"
+    assert len(plain.read_text().splitlines()) <= len(prefill)  # the process printed nothing more
+
+
+def test_hole_hides_the_firing_and_plain_keeps_it():
+    name = "hole_hides_firing"
+    doc = expected(name)
+    (room,) = _rooms_of(doc, "undecided")
+    assert room in doc["reasons_contain"]
+    journal = fixture(name).joinpath("journal.json").read_text()
+    assert "forcing Failed + release" not in journal
+    plain = (fixture(name) / "plain" / "dsv4-node-12-sglang-dsv4-prefill.log").read_text().splitlines()
+    fired = [m for m in plain if f"req.bootstrap_room={room} stalled >60s" in m]
+    assert sorted(PREFIX.match(m).group(2) for m in fired) == [" TP0", " TP1", " TP2", " TP3"]
+    failed = [m for m in plain if "] Prefill transfer failed" in m and f"req.bootstrap_room={room} with" in m]
+    assert len(failed) == 4 and all("inflight watchdog: stalled >60s" in m for m in failed)
+    sup = [message(e) for e in entries(name) if message(e).startswith("Suppressed ")]
+    assert sup == [
+        f"Suppressed {sup[0].split()[1]} messages from sglang-dsv4-prefill.service",
+        "Suppressed 40 messages from sglang-dsv4-decode.service",
+    ]
+    hole_end = _first_ts(name, "messages from sglang-dsv4-prefill.service")
+    after = [f for ts, f in floors(name) if ts > hole_end]
+    # the gauge is empty right after the hole and at the end: it proves nothing about the room
+    assert after and after[0] == 0 and after[-1] == 0 and max(after) < 2
+    plain_row = next(r for r in doc["by_input"]["plain"]["requests"] if r["bootstrap_room"] == room)
+    assert plain_row["class"] == "watchdog_fired" and doc["by_input"]["plain"]["verdict"] == "watchdog_fired"
+
+
+def test_decode_only_export_has_no_prefill_line():
+    name = "decode_only_export"
+    ours = entries(name)
+    assert ours and not any("prefill" in e.get("_SYSTEMD_UNIT", "") + e.get("UNIT", "") for e in ours)
+    doc = expected(name)
+    assert doc["requests"] and all(r["one_sided"] and r["prefill_rid"] is None for r in doc["requests"])
+    assert [p.name for p in (fixture(name) / "plain").iterdir()] == ["dsv4-node-13-sglang-dsv4-decode.log"]
+
+
+def test_non_pd_server_under_a_prefill_name():
+    name = "non_pd_prefill_name"
+    lines = unit_lines(name, "prefill")
+    texts = [m for _, m in lines]
+    assert lines and not any("#inflight-req" in m or "#bootstrap-req" in m for m in texts)
+    assert any("] Decode batch, #running-req: " in m for m in texts)  # a unified server decodes too
+    receives = [m for m in texts if "Receive: obj=" in m]
+    assert receives and all("bootstrap_room=None" in m for m in receives)
+    assert not re.search(r"bootstrap_room=\d", fixture(name).joinpath("journal.json").read_text())
+    ts = [t for t, _ in lines]
+    assert ts[-1] - ts[0] > 50 * 60 * 1_000_000
+    assert max(b - a for a, b in itertools.pairwise(ts)) >= 52 * 60 * 1_000_000
+    assert expected(name)["requests"] == []
+    assert [p.name for p in (fixture(name) / "plain").iterdir()] == ["dsv4-lab-14-sglang-dsv4-prefill.log"]
+
+
+def test_window_starts_between_armed_and_ready():
+    name = "window_starts_after_armed"
+    doc = expected(name)
+    since = doc["verdict_options"]["since_us"]
+    prefill = unit_lines(name, "prefill")
+    armed = next(ts for ts, m in prefill if "inflight watchdog armed: " in m)
+    ready = next(ts for ts, m in prefill if m.endswith("] The server is fired up and ready to roll!"))
+    assert armed < since < ready and ready - armed > 25_000_000
+    pins = _rooms_of(doc, "silent_pin")
+    assert len(pins) == 3
+    for room in pins:
+        recv = next(ts for ts, m in prefill if f"bootstrap_room={room}," in m)
+        assert recv > since and doc["window"]["until_us"] - recv > 210_000_000  # held ~3.5 min
+    assert not any("inflight watchdog: req.rid=" in m for _, m in prefill)
+
+
+@pytest.mark.parametrize(
+    ("name", "death", "status"),
+    [
+        ("prefill_dies_no_restart", "] Caught signal 11 (Segmentation fault: address not mapped", "11/SEGV"),
+        (
+            "prefill_dies_scheduler_watchdog",
+            "] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+            "9/KILL",
+        ),
+    ],
+)
+def test_prefill_dies_and_does_not_come_back(name, death, status):
+    doc = expected(name)
+    ours = entries(name)
+    t_death = _first_ts(name, death)
+    t_exit = _first_ts(
+        name, f"sglang-dsv4-prefill.service: Main process exited, code=killed, status={status}"
+    )
+    assert t_death < t_exit < _first_ts(name, "sglang-dsv4-prefill.service: Failed with result 'signal'.")
+    assert not any(
+        int(e["__REALTIME_TIMESTAMP"]) > t_exit and "Started sglang-dsv4-prefill" in message(e) for e in ours
+    )
+    prefill = unit_lines(name, "prefill")
+    assert all(ts <= t_exit for ts, _ in prefill)
+    assert doc["window"]["until_us"] - t_exit > 60_000_000  # the decode's lines go on
+    lost = _rooms_of(doc, "lost")
+    assert len(lost) == 3
+    for room in lost:
+        named = [m for _, m in prefill if f"bootstrap_room={room}" in m]
+        assert named and all("Receive: obj=" in m for m in named)  # received, then nothing
+    assert not any("inflight watchdog: req.rid=" in m for _, m in prefill)  # SGLang's own watchdog only
+
+
+def test_two_incidents_hours_apart():
+    name = "two_incidents"
+    doc = expected(name)
+    first, second = doc["ingests"]
+    assert second["since_us"] - first["until_us"] > 2.5 * 3600 * 1_000_000
+    assert [first["verdict"], second["verdict"]] == ["watchdog_missed", "nothing_stuck"]
+    kill = _first_ts(name, "sglang-dsv4-decode.service: State 'stop-sigterm' timed out. Killing.")
+    assert first["since_us"] <= kill < first["until_us"]
+    stuck = [f for ts, f in floors(name) if kill < ts < first["until_us"]]
+    assert stuck and set(stuck) == {3}  # incident 1: three pins to its window end
+    calm = [f for ts, f in floors(name) if second["since_us"] <= ts < second["until_us"]]
+    assert calm and calm[-1] == 0 and max(calm) < 3  # transfers come and go; nothing stays
+    text = [
+        message(e)
+        for e in entries(name)
+        if second["since_us"] <= int(e["__REALTIME_TIMESTAMP"]) < second["until_us"]
+    ]
+    assert doc["requests"] and all(
+        any(f"bootstrap_room={r['bootstrap_room']}," in m for m in text) for r in doc["requests"]
+    )
 
 
 # ---- version layouts and prefixes ---------------------------------------------------------------
@@ -503,3 +686,38 @@ def test_firing_ranks_share_a_second_whatever_the_window_end(tmp_path, fraction_
         if m and room:
             seconds[room.group(1)].add(m.group(1))
     assert len(seconds) == 3 and all(len(s) == 1 for s in seconds.values())
+
+
+@pytest.mark.parametrize(
+    ("how", "last_words", "status"),
+    [
+        (
+            "segv",
+            "Caught signal 11 (Segmentation fault: address not mapped to object at address 0x18)",
+            "11/SEGV",
+        ),
+        (
+            "scheduler_watchdog",
+            "SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+            "9/KILL",
+        ),
+        ("sigquit_0_4", "Received sigquit from a child proces. It usually means the child failed.", "9/KILL"),
+    ],
+)
+def test_every_death_family_ends_the_process_without_a_restart(how, last_words, status):
+    from pdforensics.simulate import build as B
+    from pdforensics.simulate.model import World
+    from pdforensics.simulate.scenarios import _patched_pair
+
+    w = World("death", 0, NOW, 330.0, 1.0)
+    pre, _ = _patched_pair(w, "h")
+    p = B.running_proc(w, pre)
+    B.die(w, p, 100.0, how)
+    texts = [e.body for e in w.events]
+    assert any(last_words in t for t in texts)
+    assert f"{pre.unit}: Main process exited, code=killed, status={status}" in texts
+    assert f"{pre.unit}: Failed with result 'signal'." in texts
+    assert not any(t.startswith("Started ") for t in texts) and 100.0 < p.t_end < 101.0
+    assert w.restarts == [("prefill", p.t_end)]
+    with pytest.raises(ValueError, match="unknown death"):
+        B.die(w, p, 200.0, "meteor")

@@ -301,3 +301,38 @@ def ucx_error(w: World, proc: Proc, t: float, msg: str) -> None:
         f"[{epoch:.6f}] [{proc.eng.host.name}:{proc.pid:<5}:{tid}]      rc_mlx5_iface.c:306  UCX  ERROR {msg}",
         fmt=0,
     )
+
+
+DEATHS = ("segv", "scheduler_watchdog", "sigquit_0_4")
+
+
+def die(w: World, proc: Proc, t: float, how: str) -> None:
+    """The engine process dies at ``t`` and systemd does not restart it (no ``Restart=``).
+
+    ``segv``: UCX's handler prints ``Caught signal 11`` and a backtrace, the kernel kills the
+    process (status=11/SEGV). ``scheduler_watchdog``: SGLang's own scheduler watchdog (a batch
+    stuck 300 s) dumps, fires, SIGQUITs the main process, which kills its tree (status=9/KILL).
+    ``sigquit_0_4``: the same end as 0.4.x words it. Requests the process held go with it.
+    """
+    eng = proc.eng
+    u = eng.unit
+    if how == "segv":
+        tid = proc.pid + 57
+        for k, line in enumerate(L.ucx_segfault(eng.host.name, proc.pid, tid, 0x18)):
+            w.emit(t - 0.004 + 0.00001 * k, proc.stream, line, fmt=0)
+        status, end = "11/SEGV", t + 0.35
+    elif how in ("scheduler_watchdog", "sigquit_0_4"):
+        r0 = eng.ranks(0)
+        w.emit(t - 0.02, proc.stream, L.SCHED_DEBUG, r0)
+        w.emit(t - 0.0199, proc.stream, "cur_batch_for_debug.batch_size()=1", fmt=0)
+        w.emit(t, proc.stream, L.SCHED_WATCHDOG, r0)
+        w.emit(t + 0.004, proc.stream, L.SIGQUIT_RUNNING if how == "scheduler_watchdog" else L.SIGQUIT_0_4)
+        status, end = "9/KILL", t + 0.2
+    else:
+        raise ValueError(f"unknown death {how!r}; known: {', '.join(DEATHS)}")
+    proc.t_end = end
+    w.restarts.append((eng.role, end))
+    inv = proc.invocation
+    systemd(w, eng, end, f"{u}: Main process exited, code=killed, status={status}", 5, inv, MID_EXITED)
+    systemd(w, eng, end + 0.001, f"{u}: Failed with result 'signal'.", 4, inv, MID_RESULT)
+    systemd(w, eng, end + 0.002, f"{u}: Consumed 41min 7.230s CPU time.", 6, inv, MID_CONSUMED)

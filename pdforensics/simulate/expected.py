@@ -26,19 +26,19 @@ class AmbiguousScenario(ValueError):
     """A request's class would depend on the verdict's grace period."""
 
 
-def _seen(w: World, eng: EngineCfg, t: pl.Expr, end: float) -> pl.Expr:
-    ok = (t >= 0.0) & (t <= end)
+def _seen(w: World, eng: EngineCfg, t: pl.Expr, end: float, lo: float = 0.0) -> pl.Expr:
+    ok = (t >= lo) & (t <= end)
     for h in w.holes:
         if h.host is eng.host and h.unit == eng.unit:
             ok = ok & ~((t >= h.t0) & (t < h.t1))
     return ok
 
 
-def _event_rooms(w: World, eng: EngineCfg, end: float) -> tuple[set[int], set[int]]:
+def _event_rooms(w: World, eng: EngineCfg, end: float, lo: float = 0.0) -> tuple[set[int], set[int]]:
     """Rooms (and rooms with their rid) that explicit lines of this engine name in the journal."""
     rooms, rids = set(), set()
     for e in w.events:
-        if e.room is None or e.engine != eng.role or not 0.0 <= e.t <= end:
+        if e.room is None or e.engine != eng.role or not lo <= e.t <= end:
             continue
         if any(h.host is eng.host and h.unit == eng.unit and h.t0 <= e.t < h.t1 for h in w.holes):
             continue
@@ -48,37 +48,62 @@ def _event_rooms(w: World, eng: EngineCfg, end: float) -> tuple[set[int], set[in
     return rooms, rids
 
 
-def _visible(w: World, eng: EngineCfg, side: str, end: float) -> tuple[pl.Expr, pl.Expr]:
+def _visible(w: World, eng: EngineCfg, side: str, end: float, lo: float = 0.0) -> tuple[pl.Expr, pl.Expr]:
     recv, fin = pl.col(f"{side}_recv"), pl.col(f"{side}_fin")
     lines = pl.lit(False)
     if eng.log_requests:
-        lines = _seen(w, eng, recv, end) | _seen(w, eng, fin, end)
+        lines = _seen(w, eng, recv, end, lo) | _seen(w, eng, fin, end, lo)
     if eng.time_stats:
-        lines = lines | ((pl.col(f"{side}_out") == "ok") & _seen(w, eng, fin, end))
+        lines = lines | ((pl.col(f"{side}_out") == "ok") & _seen(w, eng, fin, end, lo))
     if side == "d":
         lines = lines & (pl.col("d_out") != "hc503")
-    rooms, rids = _event_rooms(w, eng, end)
+    rooms, rids = _event_rooms(w, eng, end, lo)
     room = pl.col("room")
     return lines | room.is_in(list(rooms)), lines | room.is_in(list(rids))
 
 
-def _classes(end: float, timeout: float) -> pl.Expr:
+def _in_holes(w: World, eng: EngineCfg, t: pl.Expr) -> pl.Expr:
+    """``t`` falls in a hole of this engine's unit (a stretch whose lines no reader has)."""
+    inside = pl.lit(False)
+    for h in w.holes:
+        if h.host is eng.host and h.unit == eng.unit:
+            inside = inside | ((t >= h.t0) & (t < h.t1))
+    return inside
+
+
+def _classes(w: World, pre: EngineCfg, end: float, timeout: float) -> tuple[pl.Expr, pl.Expr]:
+    held = pl.col("p_out").is_in(["pinned", "watchdog", "none"])
     p_open = (
         pl.col("to_p") & (pl.col("p_recv") <= end) & ((pl.col("p_out") == "none") | (pl.col("p_rel") > end))
     )
-    held = pl.col("p_out").is_in(["pinned", "watchdog", "none"])
-    age = end - pl.when(pl.col("p_inf") < INF).then(pl.col("p_inf")).otherwise(pl.col("p_bq"))
+    p_open = p_open & (pl.col("p_out") != "died")
+    entry = pl.when(pl.col("p_inf") < INF).then(pl.col("p_inf")).otherwise(pl.col("p_bq"))
+    age = end - entry
     p_done, d_done = pl.col("p_rel") <= end, pl.col("d_end") <= end
+    fired = (pl.col("p_out") == "watchdog") & (pl.col("fire_t") <= end)
+    # The moment its deadline passed lies in a hole: its end (a firing, a normal finish) may be
+    # among the missing lines, whatever a later gauge shows (design.md §3, `inconclusive`).
+    deadline = entry + timeout
+    undecided = (
+        pl.col("to_p")
+        & held
+        & (deadline <= end)
+        & (pl.col("p_rel") > deadline)
+        & _in_holes(w, pre, deadline)
+        & ~(fired & ~_in_holes(w, pre, pl.col("fire_t")))
+    )
     return (
-        pl.when((pl.col("p_out") == "watchdog") & (pl.col("fire_t") <= end))
+        pl.when(fired & ~_in_holes(w, pre, pl.col("fire_t")))
         .then(pl.lit("watchdog_fired"))
+        .when(undecided)
+        .then(pl.lit("undecided"))
         .when(p_open & held & (age >= timeout + MARGIN_S))
         .then(pl.lit("silent_pin"))
         .when(((pl.col("p_out") == "xfer_fail") & p_done) | ((pl.col("d_out") == "xfer_fail") & d_done))
         .then(pl.lit("transfer_failed"))
         .when((pl.col("p_out").is_in(ABORTS_P) & p_done) | (pl.col("d_out").is_in(ABORTS_D) & d_done))
         .then(pl.lit("aborted"))
-        .when((pl.col("d_out") == "lost") & d_done)
+        .when(((pl.col("d_out") == "lost") & d_done) | (pl.col("p_out") == "died"))
         .then(pl.lit("lost"))
         .when((pl.col("p_out") == "ok") & p_done & (pl.col("d_out") == "ok") & (pl.col("d_fin") <= end))
         .then(pl.lit("completed"))
@@ -93,11 +118,16 @@ def _open_at(k: float) -> pl.Expr:
 
 
 def classify(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> pl.DataFrame:
-    """Every non-health-check request with its class, flags and visibility."""
+    """Every non-health-check request with its class, flags and visibility.
+
+    With ``sc.ingests_s`` the verdict judges the last ingest's window: a request is listed when a
+    line in that window names it.
+    """
     end = sc.duration_s
-    vis_p, rid_p = _visible(w, pre, "p", end)
-    vis_d, rid_d = _visible(w, dec, "d", end)
-    cls, near = _classes(end, sc.watchdog_timeout_s)
+    lo = sc.ingests_s[-1][0] if sc.ingests_s else 0.0
+    vis_p, rid_p = _visible(w, pre, "p", end, lo)
+    vis_d, rid_d = _visible(w, dec, "d", end, lo)
+    cls, near = _classes(w, pre, end, sc.watchdog_timeout_s)
     race = ((pl.col("p_out") == "inflight_abort") & (pl.col("p_rel") <= end)) | (
         pl.col("pin") & (pl.col("abort_t") < INF) & ~pl.col("abort_lands")
     )
@@ -108,7 +138,9 @@ def classify(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> pl.DataFrame:
     df = w.table.filter(~pl.col("hc")).with_columns(
         cls, near, vis_p=vis_p, vis_d=vis_d, rid_p=rid_p, rid_d=rid_d, abort_race=race, across_restart=across
     )
-    bad = df.filter(pl.col("near_timeout") & ~pl.col("class").is_in(["silent_pin", "watchdog_fired"]))
+    bad = df.filter(
+        pl.col("near_timeout") & ~pl.col("class").is_in(["silent_pin", "watchdog_fired", "undecided"])
+    )
     if bad.height:
         raise AmbiguousScenario(f"{sc.name}: {bad.height} request(s) open on prefill close to the timeout")
     return df.sort("t_arr")
@@ -119,8 +151,8 @@ def _offset(minutes: int) -> str:
     return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[int, int]) -> str:
-    """The expected.json text (one request per line, so 10M-line incidents stay fast)."""
+def _listed(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> tuple[pl.DataFrame, int]:
+    """The requests some line names (expected.json's rows) and the anonymous pins."""
     df = classify(w, sc, pre, dec)
     listed = df.filter(pl.col("vis_p") | pl.col("vis_d"))
     anonymous = df.filter(~(pl.col("vis_p") | pl.col("vis_d")) & (pl.col("class") == "silent_pin")).height
@@ -133,6 +165,39 @@ def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[i
         across_restart=pl.col("across_restart"),
         one_sided=pl.col("vis_p") != pl.col("vis_d"),
     )
+    return rows, anonymous
+
+
+def _plain_view(w: World, sc, pre: EngineCfg, dec: EngineCfg, rows: pl.DataFrame) -> dict:
+    """``by_input.plain``: what the plain files (which keep what journald dropped) must give.
+
+    ``requests`` lists only the rows that differ from the journal's (or that only the files name).
+    """
+    kept = w.holes
+    w.holes = [h for h in kept if h.silent]  # the process printed them: only journald lost them
+    try:
+        plain, anonymous = _listed(w, sc, pre, dec)
+    finally:
+        w.holes = kept
+    check_consistency(
+        f"{sc.name} (plain)",
+        sc.plain_verdict,
+        list(sc.plain_reasons),
+        set(plain["class"].unique()),
+        anonymous,
+    )
+    changed = plain.join(rows, on=plain.columns, how="anti")
+    return {
+        "verdict": sc.plain_verdict,
+        "reasons_contain": list(sc.plain_reasons),
+        "anonymous_pins": anonymous,
+        "requests": changed.to_dicts(),
+    }
+
+
+def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[int, int]) -> str:
+    """The expected.json text (one request per line, so 10M-line incidents stay fast)."""
+    rows, anonymous = _listed(w, sc, pre, dec)
     head = {
         "scenario": sc.name,
         "description": sc.description,
@@ -140,13 +205,28 @@ def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[i
         "watchdog": {"timeout_s": sc.watchdog_timeout_s, "deployed": sc.watchdog_deployed},
         "evidence_level": sc.evidence_level,
         "verdict": sc.verdict,
-        "reasons_contain": list(sc.reasons_contain),
+        "reasons_contain": list(sc.reasons_contain)
+        + (
+            rows.filter(pl.col("class") == "undecided")["bootstrap_room"].to_list()
+            if sc.name_undecided
+            else []
+        ),
         "anonymous_pins": anonymous,
         # What a reader of the plain logs must be told: each host's zone (the prefix has none).
         "hosts": {e.host.name: {"tz": _offset(e.host.tz_min), "skew_s": e.host.skew_s} for e in (pre, dec)},
     }
-    if sc.verdict_options:
-        head["verdict_options"] = dict(sc.verdict_options)
+    options = dict(sc.verdict_options)
+    if sc.since_s is not None:  # a window that starts inside the data: context lies before it
+        options["since_us"] = w.t0_us + round(sc.since_s * 1e6)
+    if options:
+        head["verdict_options"] = options
+    if sc.ingests_s:  # separate `ingest --since/--until` runs into one database, in this order
+        head["ingests"] = [
+            {"since_us": w.t0_us + round(a * 1e6), "until_us": w.t0_us + round(b * 1e6), "verdict": v}
+            for (a, b), v in zip(sc.ingests_s, sc.ingest_verdicts, strict=True)
+        ]
+    if sc.plain_verdict is not None:
+        head["by_input"] = {"plain": _plain_view(w, sc, pre, dec, rows)}
     check_consistency(sc.name, sc.verdict, head["reasons_contain"], set(rows["class"].unique()), anonymous)
     buf = io.BytesIO()
     rows.write_ndjson(buf)
@@ -162,10 +242,11 @@ def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[i
 def check_consistency(name: str, verdict: str, reasons: list[str], classes: set[str], anonymous: int) -> None:
     """The declared verdict must follow from the classes (design.md §3)."""
     pinned = "silent_pin" in classes or anonymous > 0
+    undecided = "undecided" in classes  # only `inconclusive` can hold a request the logs cannot decide
     ok = {
         "watchdog_missed": pinned,
-        "watchdog_fired": "watchdog_fired" in classes and not pinned,
-        "nothing_stuck": not pinned and "watchdog_fired" not in classes,
+        "watchdog_fired": "watchdog_fired" in classes and not pinned and not undecided,
+        "nothing_stuck": not pinned and "watchdog_fired" not in classes and not undecided,
         "inconclusive": bool(reasons),
     }[verdict]
     if not ok:

@@ -159,6 +159,28 @@ READY = "The server is fired up and ready to roll!"
 HEALTH_503 = "Health check request received during shutdown. Returning 503."
 
 
+# Engine deaths (reference §6, sglang-upstream-0.5.23.md §2): the lines an engine's last moments
+# leave, by family. The systemd lines that follow are in build.die().
+SCHED_WATCHDOG = "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
+SCHED_DEBUG = "Scheduler debug info:"
+SIGQUIT_RUNNING = "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
+SIGQUIT_0_4 = "Received sigquit from a child proces. It usually means the child failed."  # sic, 0.4.x
+
+
+def ucx_segfault(host: str, pid: int, tid: int, addr: int) -> list[str]:
+    """UCX's fatal-signal handler on stderr: no SGLang prefix, then a backtrace block."""
+    return [
+        f"[{host}:{pid}:0:{tid}] Caught signal 11 (Segmentation fault: address not mapped to object "
+        f"at address 0x{addr:x})",
+        f"==== backtrace (tid: {tid:6d}) ====",
+        " 0  /opt/hpcx/ucx/lib/libucs.so.0(ucs_handle_error+0x2e4) [0x7f3c2a1b2c34]",
+        " 1  /opt/hpcx/ucx/lib/libucs.so.0(+0x2f0ff) [0x7f3c2a1b30ff]",
+        " 2  /lib/x86_64-linux-gnu/libc.so.6(+0x42520) [0x7f3c3c842520]",
+        " 3  /opt/nixl/lib/x86_64-linux-gnu/plugins/libplugin_UCX.so(+0x1a2b3) [0x7f3b9e41a2b3]",
+        "=================================",
+    ]
+
+
 def graceful(rids: list[str]) -> str:
     return (
         f"Gracefully exiting... Remaining number of requests {len(rids)}. "
@@ -273,6 +295,30 @@ def obj_template(eng: EngineCfg) -> str:
     else:
         body = _OBJ_OLD
     return "GenerateReqInput(" + body + ")"
+
+
+def unified_obj(eng: EngineCfg, rid: str) -> str:
+    """A non-PD server's request: every bootstrap field None (real-logs/13)."""
+    return obj_template(eng).format(
+        rid=f"'{rid}'", stream="True", log_metrics="True", bhost="None", bport="None", room="None"
+    )
+
+
+def unified_prefill_stats(new_seq: int, new_tok: int, usage: float, queue: int, thr: float) -> str:
+    """0.5.12+ `Prefill batch` of a non-PD server: no #bootstrap-req / #inflight-req (reference §2.1)."""
+    return (
+        f"Prefill batch, #new-seq: {new_seq}, #new-token: {new_tok}, #cached-token: 0, token usage: {f2(usage)}, "
+        f"#running-req: 0, #queue-req: {queue}, #pending-token: 0, cuda graph: False, "
+        f"input throughput (token/s): {f2(thr)}"
+    )
+
+
+def unified_decode_stats(running: int, tokens: int, usage: float, thr: float) -> str:
+    """0.5.9+ `Decode batch` of a non-PD server: no pre-allocated / #prealloc-req / #transfer-req."""
+    return (
+        f"Decode batch, #running-req: {running}, #token: {tokens}, token usage: {f2(usage)}, "
+        f"cuda graph: True, gen throughput (token/s): {f2(thr)}, #queue-req: 0"
+    )
 
 
 def meta_template(eng: EngineCfg) -> str:

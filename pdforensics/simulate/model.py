@@ -122,12 +122,20 @@ class Proc:
 
 @dataclass
 class Hole:
-    """A journald rate-limit hole: entries of ``unit`` on ``host`` in [t0, t1) are dropped."""
+    """Lines of ``unit`` on ``host`` in [t0, t1) that never reach the reader.
+
+    ``silent=False``: journald's rate limiter dropped them (the process printed them, so the
+    plain file keeps them) and logs ``Suppressed N messages from UNIT`` before the unit's next
+    entry. ``silent=True``: nothing tells the reader — the process printed nothing (it hung), or
+    the export left the unit out (``journalctl -u`` of the other unit): gone from every input,
+    systemd's own lines about the unit too.
+    """
 
     host: Host
     unit: str
     t0: float
     t1: float
+    silent: bool = False
 
 
 class Req:

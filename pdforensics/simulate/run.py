@@ -48,11 +48,15 @@ def _render(w: World, sc: Scenario, built: Built, sinks: list) -> None:
     bounds[-1] = end + 1e-6
     offs = streams.select((pl.col("skew_us") + pl.col("delay_us")).min()).item() if streams.height else 0
     carry: pl.DataFrame | None = None
+    unseen = _silent_holes(w)
     for lo, hi in itertools.pairwise(bounds):
         frames = list(render.request_frames(w, built.pre, built.dec, table, lo, hi))
         lo_us, hi_us = w.t0_us + round(lo * 1e6), w.t0_us + round(hi * 1e6)
         frames.append(events.filter((pl.col("t_us") >= lo_us) & (pl.col("t_us") < hi_us)))
-        chunk = render.finish_lines(pl.concat(frames), streams)
+        chunk = pl.concat(frames)
+        if unseen is not None:
+            chunk = chunk.filter(~unseen)
+        chunk = render.finish_lines(chunk, streams)
         for sink in sinks:
             if isinstance(sink, PlainSink):
                 sink.write(chunk)
@@ -65,6 +69,21 @@ def _render(w: World, sc: Scenario, built: Built, sinks: list) -> None:
         for sink in sinks:
             if isinstance(sink, JournalSink):
                 sink.write(ready)
+
+
+def _silent_holes(w: World) -> pl.Expr | None:
+    """The lines no input holds (``Hole.silent``): every stream of that unit on that host,
+    systemd's lines about the unit included, in the hole's true-time span."""
+    expr = None
+    for h in w.holes:
+        if not h.silent:
+            continue
+        ids = [i for i, s in enumerate(w.streams) if s.host is h.host and s.unit == h.unit]
+        lo_us = w.t0_us + round(max(h.t0, -1e7) * 1e6)
+        hi_us = w.t0_us + round(min(h.t1, 1e8) * 1e6)
+        inside = pl.col("stream").is_in(ids) & (pl.col("t_us") >= lo_us) & (pl.col("t_us") < hi_us)
+        expr = inside if expr is None else expr | inside
+    return expr
 
 
 def simulate(

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pdforensics.simulate import build as B
+from pdforensics.simulate import lines as L
 from pdforensics.simulate.model import (
     V0_5_3,
     V0_5_10,
@@ -46,6 +48,15 @@ class Scenario:
     reasons_contain: tuple[str, ...] = ()
     verdict_options: dict = field(default_factory=dict)
     notes: str = ""  # what makes the scenario's evidence what it is (README / report)
+    since_s: float | None = None  # the verdict's --since, seconds from the data start (verdict_options)
+    # What the plain files must give where they hold what journald dropped (expected.json by_input)
+    plain_verdict: str | None = None
+    plain_reasons: tuple[str, ...] = ()
+    # Separate `ingest --since/--until` runs into one database ((from_s, to_s) each), and the
+    # verdict of each window; the database's verdict without window options is the last one's.
+    ingests_s: tuple[tuple[float, float], ...] = ()
+    ingest_verdicts: tuple[str, ...] = ()
+    name_undecided: bool = False  # the reasons must name every `undecided` room (reasons_contain)
 
 
 def dsv4(role: str, host: Host, version: tuple[int, int, int], tp: int, **kw) -> EngineCfg:
@@ -382,6 +393,213 @@ def build_multihost_skew(w: World) -> Built:
     return Built(pre, dec, [p], [d, d2])
 
 
+# ---- 11-17: verdict honesty (issue 12) ----------------------------------------------------------
+
+
+def _patched_pair(
+    w: World, name: str, tz_min: int = 0, ip: str = "10.0.10.1", health_generate: bool = False, **pre_kw
+) -> tuple:
+    """A patched 0.5.18 DeepSeek-V4 pair on one host (watchdog armed at 60 s), as an operator runs it."""
+    host = w.host(name, tz_min=tz_min, ip=ip)
+    pre = dsv4("prefill", host, V0_5_18, 4, watchdog_s=60, access_log_health=False, **pre_kw)
+    dec = dsv4("decode", host, V0_5_18, 4, access_log_health=False, health_generate=health_generate)
+    return pre, dec
+
+
+SILENT_FROM = 140.0
+
+
+def build_prefill_goes_silent(w: World) -> Built:
+    pre, dec = _patched_pair(w, "dsv4-node-11", tz_min=60, ip="10.0.11.1")
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    B.traffic(w, pre, dec, d.t_ready + 2, end, rate=1 / 16)
+    for t in (119.4, 120.2, 121.1):  # NIXL handles that never complete: the floor shows 3
+        _pinned(w, t, pre).pin = True
+    # ~20 s later the prefill's output stops for good (before any deadline): it keeps serving
+    # (decode's lines go on), but no line of it reaches any reader again
+    w.holes.append(Hole(pre.host, pre.unit, SILENT_FROM, float("inf"), silent=True))
+    return Built(pre, dec, [p], [d])
+
+
+FIRING_HOLE = (158.0, 168.0)
+DECODE_HOLE = (255.0, 262.0)
+
+
+def build_hole_hides_firing(w: World) -> Built:
+    pre, dec = _patched_pair(w, "dsv4-node-12", ip="10.0.12.1")
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    # traffic pauses around both holes, so nothing else is open in them
+    for a, b in ((d.t_ready + 2, 150.0), (172.0, 245.0), (290.0, end)):
+        B.traffic(w, pre, dec, a, b, rate=1 / 16)
+    _pinned(w, 100.0, pre).pin = True  # the watchdog fires at ~160.5 s: inside the hole
+    w.holes.append(Hole(pre.host, pre.unit, *FIRING_HOLE))
+    w.holes.append(Hole(dec.host, dec.unit, *DECODE_HOLE))
+
+    def after(w: World) -> None:
+        for k in range(250):  # a NIC flap on the prefill trips journald's rate limit
+            B.ucx_error(
+                w,
+                p,
+                157.6 + 2.5 * k / 250,
+                f"mlx5_0:1/RoCE: RC QP 0x{0x3C00 + k % 29:x} wqe[{k % 64}]: local protection error",
+            )
+        for k in range(40):  # a short burst on the decode while nothing is open: a hole that decides nothing
+            B.ucx_error(
+                w,
+                d,
+                DECODE_HOLE[0] + 0.5 + 0.6 * k / 40,
+                f"mlx5_1:1/RoCE: RC QP 0x{0x4D00 + k:x} wqe[{k}]: retry exceeded",
+            )
+
+    return Built(pre, dec, [p], [d], after)
+
+
+def build_decode_only_export(w: World) -> Built:
+    pre, dec = _patched_pair(w, "dsv4-node-13", tz_min=480, ip="10.0.13.1")
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 330.0
+    B.health_checks(w, pre, -60.0, end)
+    B.traffic(w, pre, dec, -60.0, end, rate=1 / 12)
+    # `journalctl -u sglang-dsv4-decode.service -o export`: the prefill's lines are in no input
+    w.holes.append(Hole(pre.host, pre.unit, float("-inf"), float("inf"), silent=True))
+    return Built(pre, dec, [p], [d])
+
+
+UNIFIED_DURATION = 3600.0
+UNIFIED_SILENCE = (300.0, 300.0 + 53 * 60.0)  # no request: no line for 52+ minutes
+
+
+def _unified_requests(w: World, eng: EngineCfg, proc: Proc, t0: float, t1: float, rate: float) -> None:
+    """A non-PD server's own lines for Poisson traffic: Receive/Finish (room None), its own
+    `Prefill batch` per request and `Decode batch` every 40 forwards, access lines."""
+    t = t0
+    s = proc.stream
+    while True:
+        t += -math.log(1.0 - w.rng.random()) / rate
+        if t >= t1:
+            return
+        rid = w.hex32()
+        in_len = int(w.uniform(800, 7000))
+        out_len = int(w.uniform(60, 400))
+        obj = L.unified_obj(eng, rid)
+        w.emit(t, s, f"Receive: obj={obj}")
+        fwd_end = t + 0.02 + in_len * 30e-6
+        w.emit(
+            fwd_end + 0.0003,
+            s,
+            L.unified_prefill_stats(1, in_len, in_len / eng.max_total_tokens, 0, in_len / 0.5),
+            eng.ranks(0),
+        )
+        n = math.ceil(out_len / eng.accept_len)
+        for k in range(40, n + 1, 40):
+            w.emit(
+                fwd_end + k * eng.tpot_s,
+                s,
+                L.unified_decode_stats(1, in_len + k, (in_len + k) / eng.max_total_tokens, 1 / eng.tpot_s),
+                eng.ranks(0),
+            )
+        fin = fwd_end + n * eng.tpot_s
+        meta = (
+            f"{{'meta_info': {{'id': '{rid}', 'finish_reason': {{'type': 'stop', 'matched': 1}}, 'prompt_tokens': "
+            f"{in_len}, 'weight_version': 'default', 'total_retractions': 0, 'completion_tokens': {out_len}, "
+            f"'cached_tokens': 0, 'e2e_latency': {fin - t:.4f}, 'response_sent_to_client_ts': "
+            f"{w.t0_us / 1e6 + fin:.6f}}}}}"
+        )
+        w.emit(fin, s, f"Finish: obj={obj}, out={meta}")
+        w.emit(t + 0.011, s, L.access(f"10.0.0.9:{int(w.uniform(33000, 61000))}", "POST", "/generate", 200))
+
+
+def build_non_pd_prefill_name(w: World) -> Built:
+    host = w.host("dsv4-lab-14", tz_min=0, ip="10.0.14.1")
+    # one unified (non-PD) server whose unit name says "prefill": the lines say otherwise
+    eng = dsv4("prefill", host, V0_5_18, 1, swa=False, access_log_health=False, health_generate=False)
+    idle = dsv4("decode", host, V0_5_18, 1, access_log_health=False, health_generate=False)
+    p = B.running_proc(w, eng)
+    _unified_requests(w, eng, p, 0.0, UNIFIED_SILENCE[0], 1 / 15)
+    # 52 minutes with no line at all, then traffic again
+    _unified_requests(w, eng, p, UNIFIED_SILENCE[1], UNIFIED_DURATION - 30.0, 1 / 15)
+    return Built(eng, idle, [p], [])
+
+
+ARMED_TO_READY = 30.0
+
+
+def build_window_starts_after_armed(w: World) -> Built:
+    pre, dec = _patched_pair(w, "dsv4-node-15", tz_min=-300, ip="10.0.15.1", watchdog_broken=True)
+    # load_end + 1.5 s is the armed line (build._startup_lines): ready 30 s after it
+    span = (ARMED_TO_READY + 1.5) / 0.38
+    p = B.start_proc(w, pre, 2.0, ready_after=span)
+    d = B.start_proc(w, dec, 3.0, ready_after=40.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    B.traffic(w, pre, dec, p.t_ready + 2, end, rate=1 / 16)
+    for t in (108.3, 109.6, 111.0):  # held ~3.6 min to the window end; the watchdog never fires
+        _pinned(w, t, pre).pin = True
+    return Built(pre, dec, [p], [d])
+
+
+DEATH_AT = 150.0  # segv
+HANG_AT = 60.0  # scheduler_watchdog: a batch hangs here; SGLang's watchdog fires 300 s later
+
+
+def _prefill_dies(how: str) -> Callable[[World], Built]:
+    def build(w: World) -> Built:
+        # a hung scheduler loop polls nothing: the inflight watchdog cannot fire either
+        pre, dec = _patched_pair(
+            w, "dsv4-node-16", ip="10.0.16.1", health_generate=True, watchdog_broken=how != "segv"
+        )
+        p = B.start_proc(w, pre, 2.0)
+        d = B.start_proc(w, dec, 3.0)
+        end = 330.0 if how == "segv" else 540.0
+        quiet = DEATH_AT if how == "segv" else HANG_AT  # the prefill's last batch
+        # the router sees the prefill fail and sends it nothing more; the decode's own /health
+        # probes (1-token generations) go on to the window end
+        B.health_checks(w, pre, p.t_ready, quiet)
+        B.health_checks(w, dec, d.t_ready, end, interval=15.0)
+        B.traffic(w, pre, dec, d.t_ready + 2, quiet - 12.0, rate=1 / 16)
+        for t in (quiet - 6.2, quiet - 4.1, quiet - 1.9):  # KV still moving when it stops
+            r = _pinned(w, t, pre)
+            r.xfer, r.pin = 40.0, how != "segv"
+        B.die(w, p, DEATH_AT if how == "segv" else HANG_AT + 300.0, how)
+        return Built(pre, dec, [p], [d])
+
+    return build
+
+
+INCIDENT_GAP = 3 * 3600.0
+TWO_INCIDENTS_END = INCIDENT_GAP + 330.0
+
+
+def build_two_incidents(w: World) -> Built:
+    host = w.host("dsv4-node-17", tz_min=0, ip="10.0.17.1")
+    pre = dsv4("prefill", host, V0_5_14, 4)
+    dec = dsv4("decode", host, V0_5_14, 4)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    s = 150.0
+    # incident 1: the operator's decode-only restart on the old build (three silent pins)
+    d2 = B.restart(w, d, s, kill_after=20.0, ready_after=36.0)
+    for t in (s + 12.2, s + 14.9, s + 16.8):
+        _pinned(w, t, pre)
+    B.health_checks(w, pre, -60.0, 330.0, interval=30.0)
+    B.traffic(w, pre, dec, -60.0, s - 3.0, rate=1 / 20)
+    B.traffic(w, pre, dec, d2.t_ready + 2.0, 330.0, rate=1 / 20)
+    # an hour later the operator restarts the prefill too (the pins go with it), then idle hours
+    p2 = B.restart(w, p, 3600.0, kill_after=20.0, ready_after=36.0)
+    # incident 2, ~3 h later: ordinary traffic, nothing stuck
+    a = INCIDENT_GAP
+    B.health_checks(w, pre, a, TWO_INCIDENTS_END, interval=30.0)
+    B.traffic(w, pre, dec, a + 5.0, TWO_INCIDENTS_END, rate=1 / 20)
+    return Built(pre, dec, [p, p2], [d, d2])
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in [
@@ -502,6 +720,141 @@ SCENARIOS: dict[str, Scenario] = {
             watchdog_timeout_s=60,
             watchdog_deployed=None,
             verdict_options={"watchdog_timeout_s": 60},
+        ),
+        Scenario(
+            "prefill_goes_silent",
+            "Patched build armed at 60 s (0.5.18, TP4+TP4, L1): three NIXL transfers hang (the inflight floor "
+            "reads 3), and 20 s later, before any of their deadlines, the prefill's output stops for the rest of "
+            "the window while the decode keeps receiving and serving new requests.",
+            build_prefill_goes_silent,
+            verdict="inconclusive",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+            reasons_contain=("prefill logged nothing",),
+            name_undecided=True,
+            notes="The three rooms enter the inflight queue at ~119-121 s; the prefill's last line is just before "
+            "140 s (floor 3); their deadlines (~180 s) pass in the 190 s of prefill silence, so whether the "
+            "watchdog fired or they finished cannot be read: `undecided`. Requests routed during the silence "
+            "are seen on decode only (`completed`, `one_sided`). The silence is in every input: the process "
+            "printed nothing.",
+        ),
+        Scenario(
+            "hole_hides_firing",
+            "Patched build (0.5.18, TP4+TP4, L1): a request pins and its watchdog firing (every TP rank, and "
+            "'Prefill transfer failed ... inflight watchdog') falls in a journald 'Suppressed N messages' hole; "
+            "afterwards the inflight gauge is 0. A second, small hole on the decode overlaps nothing.",
+            build_hole_hides_firing,
+            verdict="inconclusive",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+            reasons_contain=("suppressed", "sglang-dsv4-decode.service"),
+            name_undecided=True,
+            plain_verdict="watchdog_fired",
+            notes="The room enters the inflight queue at ~100 s and the watchdog fires at ~160.5 s; a UCX flood "
+            "from 157.6 s trips the rate limit and the prefill's entries in [158, 168) are dropped (`Suppressed "
+            "N messages from sglang-dsv4-prefill.service` at the next health check). Later gauges read floor 0, "
+            "but the room's end may be the dropped firing or a normal finish: `undecided` in the journal. The "
+            "plain file holds the firing: `watchdog_fired` there (`by_input.plain`). The decode hole (40 UCX "
+            "lines at ~255 s, `Suppressed 40 messages from sglang-dsv4-decode.service` at the next decode "
+            "entry) falls in a traffic pause and decides nothing, but must be named.",
+        ),
+        Scenario(
+            "decode_only_export",
+            "A decode-only export (journalctl -u sglang-dsv4-decode.service) of a 330 s window with traffic "
+            "(0.5.18, L1): no prefill line at all, so no prefill queue was ever observed.",
+            build_decode_only_export,
+            verdict="inconclusive",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=None,
+            reasons_contain=("prefill inflight queue was never observed",),
+            verdict_options={"watchdog_timeout_s": 60},
+            notes="Every request is seen on decode only (`one_sided`); nothing on decode is stuck, but nothing "
+            "can be said about the prefill's queues.",
+        ),
+        Scenario(
+            "non_pd_prefill_name",
+            "A unified (non-PD) SGLang 0.5.18 server whose unit is named sglang-dsv4-prefill.service: Prefill "
+            "batch lines without #bootstrap-req/#inflight-req, Decode batch lines, --log-requests with "
+            "bootstrap_room=None; 60 minutes with a 52-minute silence.",
+            build_non_pd_prefill_name,
+            verdict="inconclusive",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=None,
+            duration_s=UNIFIED_DURATION,
+            reasons_contain=("prefill inflight queue was never observed",),
+            verdict_options={"watchdog_timeout_s": 60},
+            notes="No line names a room and no line shows an inflight or bootstrap queue: the name says "
+            "prefill, the lines say a unified server (its own Decode batch lines). The plain file is "
+            "`dsv4-lab-14-sglang-dsv4-prefill.log`.",
+        ),
+        Scenario(
+            "window_starts_after_armed",
+            "Patched build (0.5.18): the prefill prints 'inflight watchdog armed ... =60s' 30 s before it is "
+            "ready, and the window asked for (--since) starts between the two; three transfers then hang for "
+            "~3.6 min and the watchdog never fires.",
+            build_window_starts_after_armed,
+            verdict="watchdog_missed",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+            since_s=70.0,
+            notes="The armed line is at ~54.9 s, ready at ~84.9 s, `verdict_options.since_us` is 70 s into the "
+            "data: the deployment evidence and the timeout come from before the window. The three rooms enter "
+            "the inflight queue at ~108-111 s and are open at the window end: `silent_pin`.",
+        ),
+        Scenario(
+            "prefill_dies_no_restart",
+            "Patched build (0.5.18): UCX's handler prints 'Caught signal 11 (Segmentation fault ...)' on the "
+            "prefill while three KV transfers are in flight; systemd: 'Main process exited, code=killed, "
+            "status=11/SEGV', 'Failed with result 'signal''; the unit does not come back.",
+            _prefill_dies("segv"),
+            verdict="inconclusive",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+            reasons_contain=("did not come back",),
+            notes="Death at 150 s; the three rooms (received at ~144-148 s) are held in the inflight queue and "
+            "go with the process: `lost`. The router stops routing, so nothing else arrives; the prefill is "
+            "down for 180 s to the window end.",
+        ),
+        Scenario(
+            "prefill_dies_scheduler_watchdog",
+            "Patched build (0.5.18): a prefill batch hangs at 60 s; 300 s later SGLang's own scheduler watchdog "
+            "prints 'Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)', SIGQUIT ('SIGQUIT "
+            "received ... one child failed.') and the unit is killed (status=9/KILL) and not restarted.",
+            _prefill_dies("scheduler_watchdog"),
+            verdict="inconclusive",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=True,
+            duration_s=540.0,
+            reasons_contain=("did not come back",),
+            notes="The scheduler watchdog is SGLang's, not the inflight watchdog: it must not count as armed or "
+            "fired. The three rooms (received at ~54-58 s) stay in the hung scheduler until the kill at 360 s: "
+            "`lost`. The prefill prints nothing from 60 s to the watchdog's lines.",
+        ),
+        Scenario(
+            "two_incidents",
+            "Two incidents ~3 h apart on one host (0.5.14, no watchdog), ingested as two `ingest --since/--until` "
+            "runs into one database: a decode-only restart that pins three transfers (watchdog_missed), then, "
+            "after a prefill restart, ordinary healthy traffic.",
+            build_two_incidents,
+            verdict="nothing_stuck",
+            evidence_level="L1",
+            watchdog_timeout_s=60,
+            watchdog_deployed=None,
+            duration_s=TWO_INCIDENTS_END,
+            verdict_options={"watchdog_timeout_s": 60},
+            ingests_s=((0.0, 335.0), (INCIDENT_GAP - 10.0, TWO_INCIDENTS_END + 5.0)),
+            ingest_verdicts=("watchdog_missed", "nothing_stuck"),
+            notes="`ingests` lists both windows; with no window options the verdict judges the last ingest's "
+            "window (the second incident) and says so. `requests` lists the requests some line of that window "
+            "names. The first window alone is `watchdog_missed` (its three rooms are `silent_pin` there). The "
+            "prefill restart at 3600 s (which ends the pins: `lost`) lies in neither window.",
         ),
     ]
 }

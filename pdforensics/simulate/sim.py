@@ -270,8 +270,31 @@ def _release(df: pl.DataFrame, eng: EngineCfg, dprocs: list[Proc], w: World) -> 
     )
 
 
+def _died(df: pl.DataFrame, pprocs: list[Proc]) -> pl.DataFrame:
+    """Requests a prefill process still held when it ended (crash, kill, restart): gone with it.
+
+    No line of that process ends them; the decode side never gets their KV (``p_out`` "died").
+    They leave every queue at the process's end (``p_rel``): a new process starts empty.
+    """
+    for k, p in enumerate(pprocs):
+        if p.t_end == INF:
+            continue
+        held = (pl.col("p_proc") == k) & (pl.col("p_rel") >= p.t_end)
+        df = df.with_columns(
+            p_out=pl.when(held).then(pl.lit("died")).otherwise(pl.col("p_out")),
+            p_rel=pl.when(held).then(p.t_end).otherwise(pl.col("p_rel")),
+            fire_t=pl.when(held).then(INF).otherwise(pl.col("fire_t")),
+        )
+    return df
+
+
 def simulate_prefill(
-    w: World, df: pl.DataFrame, eng: EngineCfg, dprocs: list[Proc], end: float
+    w: World,
+    df: pl.DataFrame,
+    eng: EngineCfg,
+    dprocs: list[Proc],
+    end: float,
+    pprocs: list[Proc] | None = None,
 ) -> pl.DataFrame:
     df = df.with_row_index("row")
     parts = []
@@ -306,6 +329,7 @@ def simulate_prefill(
         p_inf=pl.when(pl.col("wait_abort")).then(INF).otherwise(pl.col("p_inf")),
     )
     df = _release(df, eng, dprocs, w).sort("row").drop("row")
+    df = _died(df, pprocs or [])
     # the Finish line and the access line of the /generate (or /health) call that ends it
     done = pl.col("p_out").is_in(
         ["ok", "boot_abort", "wait_abort", "inflight_abort", "xfer_fail", "watchdog"]
@@ -326,7 +350,11 @@ def prefill_gauges(w: World, df: pl.DataFrame, eng: EngineCfg, pprocs: list[Proc
         boot_in = g["p_bq"].sort().to_list()
         boot_out = (
             g.select(
-                pl.when(pl.col("p_out") == "boot_abort").then(pl.col("p_rel")).otherwise(pl.col("p_ready"))
+                pl.when(pl.col("p_out") == "boot_abort")
+                .then(pl.col("p_rel"))
+                .when(pl.col("p_out") == "died")
+                .then(pl.min_horizontal("p_ready", "p_rel"))
+                .otherwise(pl.col("p_ready"))
             )
             .to_series()
             .sort()
@@ -336,7 +364,11 @@ def prefill_gauges(w: World, df: pl.DataFrame, eng: EngineCfg, pprocs: list[Proc
         q_in = queued["p_ready"].sort().to_list()
         q_out = (
             queued.select(
-                pl.when(pl.col("p_out") == "wait_abort").then(pl.col("p_rel")).otherwise(pl.col("p_start"))
+                pl.when(pl.col("p_out") == "wait_abort")
+                .then(pl.col("p_rel"))
+                .when(pl.col("p_out") == "died")
+                .then(pl.min_horizontal("p_start", "p_rel"))
+                .otherwise(pl.col("p_start"))
             )
             .to_series()
             .sort()
@@ -713,7 +745,7 @@ def run(w: World, pre: EngineCfg, dec: EngineCfg, pprocs: list[Proc], dprocs: li
     """Simulate every request (bulk traffic + ``w.reqs``) through both engines into ``w.table``."""
     df = pl.concat([w.bulk_frame(), specials_frame(w)]) if w.bulk else specials_frame(w)
     df = _pre(df, pprocs, dprocs, w.key)
-    df = simulate_prefill(w, df, pre, dprocs, end)
+    df = simulate_prefill(w, df, pre, dprocs, end, pprocs)
     prefill_gauges(w, df, pre, pprocs, end)
     df = simulate_decode(w, df, dec, dprocs)
     df = incident_lines(w, df, pre, dec, pprocs, dprocs)

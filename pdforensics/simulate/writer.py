@@ -98,6 +98,8 @@ class JournalSink:
         self.boot_us = [self.w.t0_us + round((h.skew_s - h.uptime_s) * 1e6) for h in self.hosts]
         names = [h.name for h in self.hosts]
         for hole in self.w.holes:
+            if hole.silent:  # dropped before any sink sees the lines (run._render)
+                continue
             streams = [
                 i
                 for i, s in enumerate(self.w.streams)
