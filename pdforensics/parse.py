@@ -494,7 +494,10 @@ def _extract_entry(won: pl.DataFrame, entry: Entry, captured: pl.DataFrame) -> p
     regexes = {n: rx for n, rx in entry.fields.items() if n not in names or n in empty}
     if regexes:
         frame = frame.with_columns(won.select(body.str.extract(rx, 1).alias(n) for n, rx in regexes.items()))
-    cols = list(dict.fromkeys([*names, *entry.fields]))
+    # an entry's constants (`set`): the KVPoll name of an integer state, an upstream timeout's kind
+    if entry.constants:
+        frame = frame.with_columns(pl.lit(v, pl.String).alias(n) for n, v in entry.constants.items())
+    cols = list(dict.fromkeys([*names, *entry.fields, *entry.constants]))
     typed = [_cast_field(n, pl.col(n)) for n in cols if n in EVENT_FIELDS]
     extra_names = [n for n in cols if n not in EVENT_FIELDS]
     extra = (

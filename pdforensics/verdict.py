@@ -27,7 +27,8 @@ from pdforensics.paths import queries_dir
 DEFAULT_GRACE_S = 10.0
 
 CLASSES = (
-    "watchdog_fired", "silent_pin", "undecided", "transfer_failed", "aborted", "lost", "completed", "in_flight",
+    "watchdog_fired", "silent_pin", "undecided", "transfer_failed", "retracted", "aborted", "lost", "completed",
+    "in_flight",
 )  # fmt: skip
 VERDICTS = ("watchdog_missed", "watchdog_fired", "nothing_stuck", "inconclusive")
 
@@ -565,7 +566,7 @@ def evidence_text(r: dict[str, Any]) -> list[str]:
             f"held by the prefill from {_fmt_t(r['pinned_from_t'])} past its deadline "
             f"{_fmt_t(r['watchdog_deadline_t'])} (timeout + grace) with no watchdog line and no end"
         )
-    elif cls in ("transfer_failed", "aborted"):
+    elif cls in ("transfer_failed", "aborted", "retracted"):
         out.append(f"ended by {_fmt_t(r['failed_t'] or r['aborted_t'])}: {r['reason'] or 'no reason text'}")
     elif cls == "lost":
         out.append(r["lost_reason"] or "its engine went away while it was open")

@@ -28,7 +28,7 @@ def log(tmp_path: Path):
 
 def classes_add_up(v) -> None:
     """Every request is in exactly one class, and the summary states the same numbers."""
-    counted = sum(v.counts[c] for c in ("watchdog_fired", "silent_pin", "undecided", "transfer_failed",
+    counted = sum(v.counts[c] for c in ("watchdog_fired", "silent_pin", "undecided", "transfer_failed", "retracted",
                                         "aborted", "lost", "completed", "in_flight"))  # fmt: skip
     assert counted == v.counts["requests"]
     assert len(v.requests) == v.counts["requests"] - v.counts["completed"]

@@ -49,7 +49,7 @@ COUNTERS = {
 }  # fmt: skip
 
 LIFECYCLE = ("server_args", "server_ready", "unit_started", "sigterm", "graceful_exit", "unit_stopping",
-             "unit_stopped", "unit_killed", "unit_failed", "scheduler_exception", "health_check_failed",
+             "unit_stopped", "unit_killed", "unit_failed", "engine_died", "health_check_failed",
              "scheduler_watchdog_timeout", "watchdog_armed")  # fmt: skip
 
 

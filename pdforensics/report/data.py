@@ -224,7 +224,7 @@ def restarts(ctx: Ctx) -> list[dict[str, Any]]:
 
 
 LIFECYCLE = ("server_args", "server_ready", "unit_started", "sigterm", "graceful_exit", "unit_stopping",
-             "unit_stopped", "unit_killed", "unit_failed", "scheduler_exception")  # fmt: skip
+             "unit_stopped", "unit_killed", "unit_failed", "engine_died")  # fmt: skip
 
 
 def lifecycle_points(ctx: Ctx) -> list[dict[str, Any]]:

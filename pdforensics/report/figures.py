@@ -14,7 +14,7 @@ from typing import Any
 US = 1_000_000
 
 CLASS_COLORS = {
-    "silent_pin": "#b3261e", "watchdog_fired": "#d29922", "undecided": "#7b4fa0", "in_flight": "#0b61c4", "transfer_failed": "#c4591b",
+    "silent_pin": "#b3261e", "watchdog_fired": "#d29922", "undecided": "#7b4fa0", "retracted": "#8a6d3b", "in_flight": "#0b61c4", "transfer_failed": "#c4591b",
     "aborted": "#8250df", "lost": "#6e7781", "completed": "#1a7f37",
 }  # fmt: skip
 PHASE_COLORS = {

@@ -84,9 +84,15 @@ def _classes(w: World, pre: EngineCfg, end: float, timeout: float) -> tuple[pl.E
     # The moment its deadline passed lies in a hole: its end (a firing, a normal finish) may be
     # among the missing lines, whatever a later gauge shows (design.md §3, `inconclusive`).
     deadline = entry + timeout
+    # Held past its deadline before its prefill died (a hung scheduler killed by SGLang's own
+    # watchdog): it was stuck, and the watchdog did not release it. Dying first makes it `lost`.
+    died = pl.col("p_out") == "died"
+    stuck_then_died = (
+        died & pl.col("to_p") & (pl.col("p_rel") - entry >= timeout + MARGIN_S) & (pl.col("p_rel") <= end)
+    )
     undecided = (
         pl.col("to_p")
-        & held
+        & (held | died)
         & (deadline <= end)
         & (pl.col("p_rel") > deadline)
         & _in_holes(w, pre, deadline)
@@ -97,7 +103,7 @@ def _classes(w: World, pre: EngineCfg, end: float, timeout: float) -> tuple[pl.E
         .then(pl.lit("watchdog_fired"))
         .when(undecided)
         .then(pl.lit("undecided"))
-        .when(p_open & held & (age >= timeout + MARGIN_S))
+        .when((p_open & held & (age >= timeout + MARGIN_S)) | stuck_then_died)
         .then(pl.lit("silent_pin"))
         .when(((pl.col("p_out") == "xfer_fail") & p_done) | ((pl.col("d_out") == "xfer_fail") & d_done))
         .then(pl.lit("transfer_failed"))
@@ -155,7 +161,11 @@ def _listed(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> tuple[pl.DataFrame,
     """The requests some line names (expected.json's rows) and the anonymous pins."""
     df = classify(w, sc, pre, dec)
     listed = df.filter(pl.col("vis_p") | pl.col("vis_d"))
-    anonymous = df.filter(~(pl.col("vis_p") | pl.col("vis_d")) & (pl.col("class") == "silent_pin")).height
+    # a pin no judged line names, still held in the judged window (one that died before it is not)
+    lo = sc.ingests_s[-1][0] if sc.ingests_s else 0.0
+    anonymous = df.filter(
+        ~(pl.col("vis_p") | pl.col("vis_d")) & (pl.col("class") == "silent_pin") & (pl.col("p_rel") >= lo)
+    ).height
     rows = listed.select(
         bootstrap_room=pl.col("room").cast(pl.String),
         prefill_rid=pl.when(pl.col("rid_p")).then(pl.col("prid")),

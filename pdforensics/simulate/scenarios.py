@@ -827,15 +827,17 @@ SCENARIOS: dict[str, Scenario] = {
             "prints 'Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)', SIGQUIT ('SIGQUIT "
             "received ... one child failed.') and the unit is killed (status=9/KILL) and not restarted.",
             _prefill_dies("scheduler_watchdog"),
-            verdict="inconclusive",
+            verdict="watchdog_missed",
             evidence_level="L1",
             watchdog_timeout_s=60,
             watchdog_deployed=True,
             duration_s=540.0,
             reasons_contain=("did not come back",),
             notes="The scheduler watchdog is SGLang's, not the inflight watchdog: it must not count as armed or "
-            "fired. The three rooms (received at ~54-58 s) stay in the hung scheduler until the kill at 360 s: "
-            "`lost`. The prefill prints nothing from 60 s to the watchdog's lines.",
+            "fired. The three rooms (received at ~54-58 s) stay in the hung scheduler until the kill at 360 s, "
+            "five minutes past their deadline: `silent_pin` (stuck, and the inflight watchdog, which runs in "
+            "that same hung loop, never released them), so `watchdog_missed` although the prefill then died. "
+            "The prefill prints nothing from 60 s to the watchdog's lines.",
         ),
         Scenario(
             "two_incidents",

@@ -131,7 +131,8 @@ CREATE OR REPLACE MACRO pdf_ts(t_us) AS strftime(make_timestamp(t_us::BIGINT), '
 
 -- The classes in the design's order (first match wins): where lists of requests sort by class.
 CREATE OR REPLACE MACRO pdf_class_rank(class) AS
-    list_position(['watchdog_fired', 'silent_pin', 'undecided', 'transfer_failed', 'aborted', 'lost', 'completed', 'in_flight'], class);
+    list_position(['watchdog_fired', 'silent_pin', 'undecided', 'transfer_failed', 'retracted', 'aborted', 'lost', 'completed',
+                   'in_flight'], class);
 
 -- The last line_id folded into the summary tables (fold.py): lines after it are read themselves.
 CREATE OR REPLACE MACRO pdf_folded_upto() AS TABLE

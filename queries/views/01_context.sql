@@ -281,13 +281,15 @@ s AS MATERIALIZED (
 life AS MATERIALIZED (
     SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us, l.event, l.pid, l.invocation_id, l.line_id,
         l.event IN ('sigterm', 'graceful_exit', 'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed',
-                    'engine_died') AS is_stop,
-        -- the process died rather than stopped: a crash, a fatal signal, SGLang's own watchdogs
-        l.event IN ('engine_died', 'unit_killed', 'unit_failed') AS is_death
+                    'engine_died', 'unit_exited') AS is_stop,
+        -- the process died rather than stopped: a crash, a fatal signal, SGLang's own watchdogs,
+        -- an exit with a failure status
+        l.event IN ('engine_died', 'unit_killed', 'unit_failed')
+            OR (l.event = 'unit_exited' AND NOT l.message LIKE '%status=0/SUCCESS%') AS is_death
     FROM lines AS l JOIN gb ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
     WHERE l.engine IN ('prefill', 'decode')
       AND l.event IN ('server_args', 'server_ready', 'unit_started', 'sigterm', 'graceful_exit',
-                      'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed', 'engine_died')
+                      'unit_stopping', 'unit_stopped', 'unit_killed', 'unit_failed', 'engine_died', 'unit_exited')
 ),
 ident AS (
     SELECT host, engine, coalesce(invocation_id, pid::VARCHAR) AS identity, min(lo_us) AS first_us, max(hi_us) AS last_us
@@ -483,6 +485,18 @@ gauge AS MATERIALIZED (
     CROSS JOIN s
     LEFT JOIN inc AS i ON i.host = g.host AND i.engine = 'prefill' AND i.incarnation = g.incarnation
     GROUP BY g.host, g.incarnation
+),
+
+-- ------------------------------------------------------------- evidence that changes mid-way
+-- `Config logging: obj=ConfigureLoggingReq(...)` switches the request log (or the log level) at run
+-- time: the request log of that host is then not the whole story, and what it proves (the
+-- anonymous-pin refinement) holds only where it was on. Any switch from the context on counts.
+logging_changes AS MATERIALIZED (
+    SELECT coalesce(e.host, '') AS host, e.ts_us - coalesce(o.offset_us, 0) AS t_us, e.log_requests, e.log_level
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.event = 'config_logging' AND (e.log_requests IS NOT NULL OR e.log_level IS NOT NULL)
 ),
 
 -- ---------------------------------------------------------------- the other queues, per rank
@@ -736,13 +750,16 @@ stat_samples AS (
     WHERE e.event = 'decode_stats' AND e.engine = 'decode'
 ),
 request_seen AS (
+    -- lines that show a PD request's way through the queues: a Receive: with a bootstrap room (a
+    -- non-PD server's have none), a transfer failure, the watchdog
     SELECT host, engine, sum(n)::BIGINT AS n FROM (
-        SELECT host, engine, count(*) AS n FROM event_secs, s
-        WHERE engine IN ('prefill', 'decode') AND hi_us >= s.start_t
-          AND event IN ('request_received', 'request_finished', 'req_time_stats', 'watchdog_fired',
-                        'prefill_bootstrap_failed', 'prefill_transfer_failed', 'decode_handshake_failed',
-                        'decode_transfer_failed', 'abort_request')
-        GROUP BY ALL)
+        SELECT e.host, e.engine,
+            CASE WHEN e.event = 'request_received' THEN sum(e.n_received) ELSE count(*) END AS n
+        FROM event_secs AS e, s
+        WHERE e.engine IN ('prefill', 'decode') AND e.hi_us >= s.start_t
+          AND e.event IN ('request_received', 'watchdog_fired', 'prefill_bootstrap_failed', 'prefill_transfer_failed',
+                          'decode_handshake_failed', 'decode_transfer_failed')
+        GROUP BY e.host, e.engine, e.event)
     GROUP BY ALL
 ),
 observed AS MATERIALIZED (
@@ -777,7 +794,7 @@ abort_rooms AS MATERIALIZED (
     FROM events AS a
     JOIN hw ON hw.host = coalesce(a.host, '') AND a.ts_us >= hw.lo_us AND a.ts_us <= hw.hi_us
     JOIN events AS r ON r.engine = a.engine AND r.rid = a.rid AND r.event = 'request_received'
-    WHERE a.event = 'abort_request' AND a.bootstrap_room IS NULL AND r.bootstrap_room IS NOT NULL
+    WHERE a.event IN ('abort_request', 'retract_abort') AND a.bootstrap_room IS NULL AND r.bootstrap_room IS NOT NULL
 ),
 holes AS MATERIALIZED (
     SELECT
@@ -807,6 +824,7 @@ SELECT
     (SELECT list(c ORDER BY c.host, c.engine) FROM coverage_by_engine AS c) AS engine_coverage,
     coalesce((SELECT list(x ORDER BY x.engine DESC, x.host) FROM observed AS x), []) AS observed,
     coalesce((SELECT list(x ORDER BY x.from_t, x.host, x.queue) FROM frozen AS x), []) AS frozen_queues,
+    coalesce((SELECT list(x ORDER BY x.t_us) FROM logging_changes AS x), []) AS logging_changes,
     coalesce((SELECT list(DISTINCT host) FROM seconds WHERE engine = 'prefill'), []) AS prefill_hosts,
     coalesce((SELECT list(a) FROM abort_rooms AS a), []) AS abort_rooms,
     (SELECT list(t) FROM tp_ranks AS t) AS prefill_tp_ranks,

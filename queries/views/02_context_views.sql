@@ -2,7 +2,8 @@
 
 CREATE OR REPLACE VIEW settings AS
 SELECT * EXCLUDE (host_offsets, incarnations, engine_restarts, host_gauge, holes, engine_coverage, prefill_hosts,
-                  abort_rooms, prefill_tp_ranks, observed, prefill_evidence, frozen_queues)
+                  abort_rooms, prefill_tp_ranks, observed, prefill_evidence, frozen_queues,
+                  logging_changes)
 FROM context;
 
 CREATE OR REPLACE VIEW watchdog AS

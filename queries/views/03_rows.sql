@@ -30,6 +30,8 @@ src AS NOT MATERIALIZED (
     UNION ALL SELECT * FROM events WHERE rare_only AND event = 'transfer_error'
     UNION ALL SELECT * FROM events WHERE rare_only AND event = 'watchdog_fired'
     UNION ALL SELECT * FROM events WHERE rare_only AND event = 'abort_request'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'decode_watchdog_fired'
+    UNION ALL SELECT * FROM events WHERE rare_only AND event = 'retract_abort'
 ),
 e AS (
     SELECT x.* REPLACE (coalesce(x.host, '') AS host), o.offset_us
@@ -41,7 +43,7 @@ e AS (
     FROM src AS x
     JOIN ar ON ar.line_id = x.line_id
     JOIN o ON o.host = coalesce(x.host, '') AND x.ts_us >= o.lo_us AND x.ts_us <= o.hi_us
-    WHERE x.event = 'abort_request' AND x.bootstrap_room IS NULL
+    WHERE x.event IN ('abort_request', 'retract_abort') AND x.bootstrap_room IS NULL
     UNION ALL
     -- lines with no time at all (pasted without their prefix): somewhere in the data, so placed
     -- at its end, unless the user asked for a window
@@ -58,9 +60,14 @@ SELECT
         WHEN e.event = 'request_finished' AND coalesce(e.finish_type, '') <> 'abort' THEN NULL
         WHEN e.event NOT IN (
             'prefill_bootstrap_failed', 'prefill_transfer_failed', 'decode_handshake_failed',
-            'decode_transfer_failed', 'transfer_error', 'request_finished', 'watchdog_fired', 'abort_request'
+            'decode_transfer_failed', 'transfer_error', 'request_finished', 'watchdog_fired', 'abort_request',
+            'decode_watchdog_fired', 'retract_abort'
         ) THEN NULL
-        WHEN e.event = 'watchdog_fired' OR e.reason ILIKE '%inflight watchdog%' THEN 'watchdog'
+        -- a decode retraction's abort is its own outcome: neither a race nor a pin
+        WHEN e.event = 'retract_abort' THEN 'retract'
+        -- SGLang's own timeouts (bootstrap, waiting, MORI's SLA, ...) are not the watchdog
+        WHEN e.timeout_kind IS NOT NULL THEN 'failure'
+        WHEN e.event IN ('watchdog_fired', 'decode_watchdog_fired') OR e.reason ILIKE '%inflight watchdog%' THEN 'watchdog'
         WHEN e.event = 'abort_request' THEN 'abort'
         WHEN e.reason ILIKE '%unknown reason from another rank%' THEN 'propagated'
         WHEN e.reason ILIKE '%abort%' THEN 'abort'

@@ -107,11 +107,15 @@ rare_lines AS (
             WHEN 'abort_request' THEN 8
             WHEN 'decode_handshake_failed' THEN 15
             WHEN 'decode_transfer_failed' THEN 16
+            WHEN 'decode_watchdog_fired' THEN 17
+            WHEN 'retract_abort' THEN 18
         END AS k,
-        CASE reason_kind WHEN 'abort' THEN 1 WHEN 'failure' THEN 2 WHEN 'propagated' THEN 3 WHEN 'watchdog' THEN 4 END AS rk
+        CASE reason_kind WHEN 'abort' THEN 1 WHEN 'failure' THEN 2 WHEN 'propagated' THEN 3 WHEN 'watchdog' THEN 4
+                         WHEN 'retract' THEN 5 END AS rk
     FROM pdf_room_lines(true)
     WHERE event IN ('request_finished', 'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',
-                    'watchdog_fired', 'abort_request', 'decode_handshake_failed', 'decode_transfer_failed')
+                    'watchdog_fired', 'abort_request', 'decode_handshake_failed', 'decode_transfer_failed',
+                    'decode_watchdog_fired', 'retract_abort')
       AND reason_kind IS NOT NULL
 ),
 rare AS (
@@ -128,7 +132,11 @@ rare AS (
         coalesce(bool_or(rk = 1) FILTER (WHERE is_p), false) AS p_any_abort,
         coalesce(bool_or(rk = 2) FILTER (WHERE is_p), false) AS p_any_failure,
         coalesce(bool_or(rk = 3) FILTER (WHERE is_p), false) AS p_any_propagated,
-        arg_min(reason, t_us) FILTER (WHERE is_p AND rk IN (1, 2, 4)) AS p_reason,
+        -- a rank that only propagated another rank's failure still says so ("... from another rank")
+        coalesce(arg_min(reason, t_us) FILTER (WHERE is_p AND rk IN (1, 2, 4)),
+                 arg_min(reason, t_us) FILTER (WHERE is_p AND rk = 3)) AS p_reason,
+        -- SGLang's own timeout that ended it (schema: timeout_kind), if one did
+        arg_min(timeout_kind, t_us) FILTER (WHERE timeout_kind IS NOT NULL) AS upstream_timeout,
         list_sort(list(DISTINCT coalesce(rank, tp_rank)) FILTER (WHERE k IN (5, 6))) AS p_fail_ranks,
         -- L3 debug: `Abort <queue> request.` on prefill names the queue the abort hit
         min(state) FILTER (WHERE k = 8) AS p_abort_queue,
@@ -152,7 +160,11 @@ rare AS (
         coalesce(bool_or(rk = 1) FILTER (WHERE NOT is_p), false) AS d_any_abort,
         coalesce(bool_or(rk = 2) FILTER (WHERE NOT is_p), false) AS d_any_failure,
         coalesce(bool_or(rk = 3) FILTER (WHERE NOT is_p), false) AS d_any_propagated,
-        arg_min(reason, t_us) FILTER (WHERE NOT is_p AND rk IN (1, 2, 4)) AS d_reason,
+        coalesce(arg_min(reason, t_us) FILTER (WHERE NOT is_p AND rk IN (1, 2, 4)),
+                 arg_min(reason, t_us) FILTER (WHERE NOT is_p AND rk = 3)) AS d_reason,
+        -- the decode-side watchdog (another dialect's) released its decode leg; a decode retraction aborted it
+        min(t_us) FILTER (WHERE k = 17) AS d_wd_at,
+        min(t_us) FILTER (WHERE k = 18) AS d_retracted_at,
         list_sort(list(DISTINCT coalesce(rank, tp_rank)) FILTER (WHERE k IN (15, 16))) AS d_fail_ranks,
         bool_or(k = 8) AS debug_lines,
         any_value(host) FILTER (WHERE is_p) AS p_host_r,

@@ -4,7 +4,9 @@
 --   undecided        it may still be held, and the logs cannot tell: a hole covers the moment its
 --                    deadline passed (its end, perhaps a watchdog line, may be in it), the waiting
 --                    queue never drained, or no prefill line says which prefill holds it
---   transfer_failed  a failure line with a non-abort reason ended it
+--   transfer_failed  a failure line with a non-abort reason ended it (SGLang's own timeouts too:
+--                    `reason` then starts `upstream_timeout (<kind>)`; they are never the watchdog)
+--   retracted        a decode retraction (KV cache pool full) aborted it: neither a race nor a pin
 --   aborted          an abort ended it
 --   lost             the engine holding it stopped or restarted while it was open (or the prefill's
 --                    queues were later seen empty without its end being logged): gone, not stuck
@@ -28,7 +30,7 @@ SELECT
     f.*,
     -- the prefill released it: its Finish, time stats, a failure line, or the watchdog
     least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) AS p_end,
-    least(f.d_done, f.d_stats_at, f.d_hs_failed, f.d_xfer_failed, f.d_finish_abort) AS d_end,
+    least(f.d_done, f.d_stats_at, f.d_hs_failed, f.d_xfer_failed, f.d_finish_abort, f.d_wd_at, f.d_retracted_at) AS d_end,
     (f.d_done IS NOT NULL OR f.d_stats_at IS NOT NULL) AS d_completed,
     f.p_any_abort OR f.d_any_abort AS any_abort,
     -- a non-abort failure; a rank that only propagated another rank's failure counts only when
@@ -219,6 +221,8 @@ classed AS (
             -- it may still be held and the logs cannot tell (see undecided_reason)
             WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill') AND r.holder_at_end = 'prefill' THEN 'undecided'
             WHEN r.any_failure THEN 'transfer_failed'
+            -- a decode retraction (KV pool full) aborted it: neither a race nor a pin
+            WHEN r.d_retracted_at IS NOT NULL THEN 'retracted'
             WHEN r.any_abort THEN 'aborted'
             WHEN r.status IN ('gone', 'released') OR r.d_gone_t IS NOT NULL THEN 'lost'
             -- without any decode line in the window, the prefill's own Finish is all there is to see
@@ -297,7 +301,11 @@ SELECT
     wd_at AS watchdog_fired_t, wd_dwell_s, wd_state, wd_ranks, wd_n_ranks, wd_timeout_s, wd_same_second,
     least(p_boot_failed, p_xfer_failed, d_hs_failed, d_xfer_failed) AS failed_t,
     least(p_abort_at, d_abort_at, p_abort_req_at) AS aborted_t,
-    coalesce(p_reason, d_reason) AS reason,
+    -- SGLang's own timeout ended it: the reason says which (bootstrap, waiting, MORI's SLA, ...)
+    CASE WHEN class = 'transfer_failed' AND upstream_timeout IS NOT NULL
+         THEN 'upstream_timeout (' || upstream_timeout || '): ' || coalesce(p_reason, d_reason, '')
+         ELSE coalesce(p_reason, d_reason) END AS reason,
+    upstream_timeout,
     p_fail_ranks, d_fail_ranks, p_abort_queue,
     CASE
         WHEN NOT abort_race THEN NULL

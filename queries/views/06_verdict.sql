@@ -46,6 +46,7 @@ counts AS MATERIALIZED (
         coalesce(sum(n) FILTER (WHERE class = 'silent_pin' AND prefill_status = 'pinned'), 0)::BIGINT AS proven_pins,
         coalesce(sum(n) FILTER (WHERE class = 'transfer_failed'), 0)::BIGINT AS transfer_failed,
         coalesce(sum(n) FILTER (WHERE class = 'aborted'), 0)::BIGINT AS aborted,
+        coalesce(sum(n) FILTER (WHERE class = 'retracted'), 0)::BIGINT AS retracted,
         coalesce(sum(n) FILTER (WHERE class = 'lost'), 0)::BIGINT AS lost,
         coalesce(sum(n) FILTER (WHERE class = 'completed'), 0)::BIGINT AS completed,
         coalesce(sum(n) FILTER (WHERE class = 'in_flight'), 0)::BIGINT AS in_flight,
@@ -108,6 +109,9 @@ refine_hosts AS MATERIALIZED (
     SELECT a.host
     FROM per_host AS a JOIN host_level AS e USING (host)
     WHERE a.pinned_floor > 0 AND e.evidence_level >= 'L1'
+      -- the request log switched on or off at run time: it does not name every request
+      AND NOT EXISTS (SELECT 1 FROM (SELECT unnest(logging_changes, recursive := true) FROM c) AS lc
+                      WHERE lc.host = a.host AND lc.log_requests IS NOT NULL)
       AND NOT EXISTS (
           SELECT 1 FROM holes AS x
           WHERE x.engine = 'prefill' AND x.kind <> 'engine_down' AND (x.host = a.host OR x.host = ''))
@@ -590,6 +594,15 @@ reasons AS MATERIALIZED (
             CASE WHEN drained_t IS NOT NULL THEN ', back by ' || pdf_ts(drained_t) ELSE '' END)
     FROM storm_rows
     UNION ALL
+    SELECT 45, 'evidence',
+        format('the logging changed at run time on {} ({}): the evidence level is not the same through the window, and requests the request log did not name show only in the gauge',
+            CASE WHEN lc.host = '' THEN 'the prefill' ELSE lc.host END,
+            string_agg(pdf_ts(lc.t_us) || ': ' || concat_ws(', ',
+                CASE WHEN lc.log_requests IS NOT NULL THEN 'log_requests=' || lc.log_requests::VARCHAR END,
+                CASE WHEN lc.log_level IS NOT NULL THEN 'log_level=' || lc.log_level END), '; ' ORDER BY lc.t_us))
+    FROM (SELECT unnest(logging_changes, recursive := true) FROM c) AS lc
+    GROUP BY lc.host
+    UNION ALL
     SELECT 50, 'restart',
         format('{} on {} {} ({} to {}){}', engine, CASE WHEN host = '' THEN '?' ELSE host END,
             CASE WHEN kind = 'stopped' THEN 'stopped' ELSE 'restarted' END,
@@ -598,8 +611,9 @@ reasons AS MATERIALIZED (
     FROM restarts
     UNION ALL
     SELECT 60, 'summary',
-        format('{} requests: {} completed, {} in flight, {} undecided, {} silent pin(s), {} released by the watchdog, {} aborted ({} abort races), {} transfer failed, {} lost',
-            requests, completed, in_flight, undecided, silent_pin, watchdog_fired, aborted, abort_races, transfer_failed, lost)
+        format('{} requests: {} completed, {} in flight, {} undecided, {} silent pin(s), {} released by the watchdog, {} aborted ({} abort races), {} retracted, {} transfer failed, {} lost',
+            requests, completed, in_flight, undecided, silent_pin, watchdog_fired, aborted, abort_races, retracted,
+            transfer_failed, lost)
     FROM counts
 ),
 -- The watchdog's firings (the `watchdog_firings` view): every rank should fire in the same second
