@@ -149,9 +149,11 @@ class WatchProc:
             time.sleep(0.05)
         raise AssertionError(f"watch did not report {what} within {timeout}s; status {self.state()}")
 
-    def wait_lines(self, n: int, flushed: bool = True) -> dict[str, Any]:
-        key = "flushed_lines" if flushed else "lines"
-        return self.wait_for(f"{n} lines", lambda st: st.get(key, 0) >= n and st.get("pending_lines", 1) == 0)
+    def wait_lines(self, n: int) -> dict[str, Any]:
+        """Until `n` lines (over every run on this database) are folded and written."""
+        return self.wait_for(
+            f"{n} lines", lambda st: st.get("lines", 0) >= n and st.get("pending_lines", 1) == 0
+        )
 
     def alerts(self) -> list[dict[str, Any]]:
         return [json.loads(x) for x in self.out.read_text().splitlines() if x.startswith("{")]
