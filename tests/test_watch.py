@@ -13,7 +13,7 @@ import duckdb
 import pytest
 
 from tests.conftest import JOURNAL_REMOTE, REPO
-from tests.watch_helpers import S, T0, Line, append_journal, append_plain, room, start_watch, traffic
+from tests.watch_helpers import T0, Line, S, append_journal, append_plain, room, start_watch, traffic
 
 pytestmark = pytest.mark.skipif(not JOURNAL_REMOTE.exists(), reason="systemd-journal-remote is not installed")
 
