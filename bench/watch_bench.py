@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pdforensics.catalog import load_catalog
 from pdforensics.follow import FileFollower
-from pdforensics.watch import Watcher, WatchConfig
+from pdforensics.watch import WatchConfig, Watcher
 
 T0 = 1_796_000_000_000_000
 S = 1_000_000
