@@ -19,6 +19,7 @@ a followed line is stored exactly as `ingest` would store it (journal entries ke
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -52,6 +53,7 @@ class JournalFollower:
         self.files = list(self.source.files)
         self._j: Any = None
         self._polls = 0
+        self._watching = False
         self.more = False  # the last poll stopped at its limit: poll again at once
 
     def restore(self, state: dict[str, Any] | None) -> None:
@@ -65,6 +67,7 @@ class JournalFollower:
             self._j.close()
         self.source.files = self.files
         self._j = self.source._open(self.files)
+        self._watching = False
         since = self.selection.window.since_us
         if self.cursor and _seek_after(self._j, self.cursor):
             return
@@ -82,6 +85,14 @@ class JournalFollower:
                 self._reopen()
         if self._j is None:
             self._reopen()
+        if self.kind == "local":
+            # journald rotates and adds files: sd_journal notices through its inotify fd, which
+            # process() drains (it must exist first: fileno() creates it)
+            with contextlib.suppress(OSError):
+                if not self._watching:
+                    self._j.fileno()
+                    self._watching = True
+                self._j.process()
         raw, self.more, error = _read_block(self._j, POLL_ENTRIES, None)
         if error is not None:
             raise SourceError(f"{self.name}: journal read failed: {error.strerror or error}")

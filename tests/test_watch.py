@@ -3,6 +3,8 @@ file) and a plain log being written and rotated; alerts in log time, once each, 
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
 import subprocess
 import sys
@@ -12,8 +14,20 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from pdforensics.catalog import load_catalog
+from pdforensics.watch import WatchConfig, Watcher, build_followers
 from tests.conftest import JOURNAL_REMOTE, REPO
-from tests.watch_helpers import T0, Line, S, append_journal, append_plain, room, start_watch, traffic
+from tests.watch_helpers import (
+    T0,
+    Line,
+    S,
+    append_journal,
+    append_plain,
+    prefill_stats,
+    room,
+    start_watch,
+    traffic,
+)
 
 pytestmark = pytest.mark.skipif(not JOURNAL_REMOTE.exists(), reason="systemd-journal-remote is not installed")
 
@@ -46,12 +60,14 @@ def db_rows(db: Path, sql: str) -> list[tuple]:
 
 @pytest.mark.parametrize("scenario", ["silent_pin", "fired", "healthy"])
 def test_journal_follow_alerts_in_log_time(tmp_path: Path, scenario: str) -> None:
-    journal, db = tmp_path / "remote.journal", tmp_path / "w.duckdb"
+    # a systemd-journal-remote collection: a directory with the .journal file it appends to
+    (tmp_path / "remote").mkdir()
+    journal, db = tmp_path / "remote" / "remote-gpu-a.journal", tmp_path / "w.duckdb"
     kw = {"silent_pin": {"pin": PIN}, "fired": {"pin": PIN, "fire_after_s": 6}, "healthy": {}}[scenario]
     lines = traffic(40, timeout_s=TIMEOUT_S, **kw)  # type: ignore[arg-type]
     append_journal(journal, lines[:3])  # the file exists before the watch starts
     hook = tmp_path / "hook.jsonl"
-    watch = start_watch(tmp_path, db, "--journal-file", str(journal), *ARGS,
+    watch = start_watch(tmp_path, db, "-D", str(tmp_path / "remote"), *ARGS,
                         "--exec", f"sh -c 'cat >> {hook}; echo >> {hook}'")  # fmt: skip
     try:
         watch.wait_for("3 lines", lambda st: st.get("lines", 0) >= 3)
@@ -205,3 +221,85 @@ def test_service_files_verify(tmp_path: Path) -> None:
         "ProtectSystem=strict",
     ):
         assert needed in service
+
+
+def _once_alerts(tmp_path: Path, lines: list[Line]) -> list[dict]:
+    journal = tmp_path / "j.journal"
+    append_journal(journal, sorted(lines, key=lambda x: x.t_us))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdforensics", "watch", "--db", str(tmp_path / "w.duckdb"), "--journal-file",
+         str(journal), *ARGS, "--once", "--json"], capture_output=True, text=True, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1, 2, 3), proc.stderr
+    return [json.loads(x) for x in proc.stdout.splitlines()]
+
+
+def test_holes_and_engines_alert_once(tmp_path: Path) -> None:
+    # the decode stops logging at 10 s while p4 is held; journald drops prefill lines at 12 s
+    lines = [x for x in traffic(40, pin=PIN) if not (x.engine == "decode" and x.t_us > T0 + 10 * S)]
+    lines.append(Line(T0 + 12 * S, "journald", "Suppressed 1234 messages from sglang-prefill.service"))
+    alerts = _once_alerts(tmp_path, lines)
+    kinds = [a["alert"] for a in alerts]
+    assert sorted(kinds) == ["engine_silent", "journald_suppression", "silent_pin"]
+    by = {a["alert"]: a for a in alerts}
+    assert by["journald_suppression"]["suppressed"] == 1234 and by["journald_suppression"]["host"] == "gpu-a"
+    assert by["engine_silent"]["engine"] == "decode" and by["engine_silent"]["host"] == "gpu-b"
+    assert by["silent_pin"]["possibly_hidden"] is True  # the hole is after its start: its end may be in it
+
+
+def test_engine_down_while_requests_are_open(tmp_path: Path) -> None:
+    lines = [x for x in traffic(40, pin=PIN) if not (x.engine == "decode" and x.t_us > T0 + 10 * S)]
+    lines.append(
+        Line(
+            T0 + 10 * S + 5000,
+            "decode",
+            "SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+        )
+    )
+    alerts = [a for a in _once_alerts(tmp_path, lines) if a["alert"].startswith("engine_")]
+    assert [(a["alert"], a["engine"]) for a in alerts] == [("engine_down", "decode")]
+    assert alerts[0]["since"] == "2026-11-30T00:53:30.005000Z"
+
+
+def test_anonymous_pins_at_l0(tmp_path: Path) -> None:
+    # gauge lines only (default INFO logging): the floor is 1 from 3 s on and never drains
+    stats = [x for x in traffic(40) if "Prefill batch" in x.text]
+    lines = [Line(x.t_us, "prefill", prefill_stats(1 if x.t_us > T0 + 3 * S else 0)) for x in stats]
+    alerts = _once_alerts(tmp_path, lines)
+    assert [(a["alert"], a["floor"], a["anonymous"], a["evidence_level"]) for a in alerts] == [
+        ("anonymous_pin", 1, 1, "L0")
+    ]
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    assert _once_alerts(healthy, [Line(x.t_us, "prefill", prefill_stats(0)) for x in stats]) == []
+
+
+def test_wall_clock_calls_a_pin_when_the_logs_go_quiet(tmp_path: Path) -> None:
+    """Live, "now" is also the wall clock (injected here): a prefill that stops logging after a
+    request arrived still gets its pin called at the deadline, not at its next line."""
+    journal = tmp_path / "j.journal"
+    append_journal(journal, [x for x in traffic(8, pin=PIN) if x.t_us <= T0 + 5 * S])
+    now = [T0 + 6 * S]
+    sink = io.StringIO()
+    cfg = WatchConfig(
+        db=tmp_path / "w.duckdb", followers=build_followers(None, [journal], None, ("sglang*",), None, None),
+        catalog=load_catalog([]), watchdog_timeout_s=TIMEOUT_S, wall_clock=True, json_out=True, out=sink,
+        clock=lambda: now[0],
+    )  # fmt: skip
+    w = Watcher(cfg)
+    w.start()
+    w.poll()
+    assert sink.getvalue() == ""
+    now[0] = T0 + PIN * S + (TIMEOUT_S + GRACE_S) * S - 1  # just before the deadline: nothing yet
+    w.poll()
+    assert sink.getvalue() == ""
+    now[0] += 2 * S
+    w.poll()
+    alerts = [json.loads(x) for x in sink.getvalue().splitlines()]
+    (alert,) = [a for a in alerts if a["alert"] == "silent_pin"]
+    assert alert["bootstrap_room"] == str(room(PIN)) and alert["detected_us"] == now[0]
+    # and both engines have now been silent longer than timeout + grace with a request open
+    assert sorted((a["alert"], a["engine"]) for a in alerts if a["alert"] != "silent_pin") == [
+        ("engine_silent", "decode"), ("engine_silent", "prefill")
+    ]  # fmt: skip
+    w.flush(wait_s=10)

@@ -24,6 +24,7 @@ BOOT = "0123456789abcdef0123456789abcdef"
 UNITS = {
     "prefill": ("sglang-prefill.service", 1100, "a" * 32),
     "decode": ("sglang-decode.service", 2200, "b" * 32),
+    "journald": ("systemd-journald.service", 300, "c" * 32),
 }
 
 
@@ -64,18 +65,19 @@ def fired(n: int, timeout_s: int, dwell: float) -> str:
 @dataclass
 class Line:
     t_us: int
-    engine: str  # prefill | decode
+    engine: str  # prefill | decode | journald (journald's own line about gpu-a's units)
     text: str
 
     def plain(self) -> str:
-        return f"{prefix(self.t_us)} {self.text}"
+        return self.text if self.engine == "journald" else f"{prefix(self.t_us)} {self.text}"
 
     def export(self, seq: int) -> str:
         unit, pid, inv = UNITS[self.engine]
-        host = "gpu-a" if self.engine == "prefill" else "gpu-b"
+        host = "gpu-b" if self.engine == "decode" else "gpu-a"
+        ident = "systemd-journald" if self.engine == "journald" else "python3"
         return (f"__REALTIME_TIMESTAMP={self.t_us}\n__MONOTONIC_TIMESTAMP={self.t_us - T0 + 1}\n_BOOT_ID={BOOT}\n"
                 f"_HOSTNAME={host}\n_SYSTEMD_UNIT={unit}\n_PID={pid}\n_SYSTEMD_INVOCATION_ID={inv}\n"
-                f"SYSLOG_IDENTIFIER=python3\nPRIORITY=6\nMESSAGE={self.plain()}\n\n")  # fmt: skip
+                f"SYSLOG_IDENTIFIER={ident}\nPRIORITY=6\nMESSAGE={self.plain()}\n\n")  # fmt: skip
 
 
 def traffic(seconds: int, start_s: int = 0, pin: int | None = None, fire_after_s: int | None = None,
