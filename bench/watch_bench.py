@@ -7,7 +7,10 @@
    every 10 minutes — written as a plain file, then followed by an in-process `Watcher` in
    --once mode (read, parse, fold, alert, one write transaction per poll into DuckDB): lines/s,
    CPU seconds a line, the fold's open requests and the process's RSS at each quarter of the stream.
-2. Alert latency, wall clock: a `watch` process follows a file at its default 1 s poll; a firing
+2. Sustained: a `watch` process follows a file while lines are appended at a fixed rate
+   (`--live-rates`, lines/s, 15 s each): the watch's CPU (utime+stime from /proc) per wall second,
+   i.e. its share of one core, how far behind it is at the end, and its last write transaction.
+3. Alert latency, wall clock: a `watch` process follows a file at its default 1 s poll; a firing
    line is appended and the time until its alert is on stdout measured, five times.
 """
 
@@ -101,7 +104,7 @@ def throughput(out: Path, minutes: int, rate: int) -> dict:
         wall += time.perf_counter() - t0
         samples.append({"log_minutes": (q + 1) * quarter / 60, "open_requests": len(w.fold.rooms),
                         "raised_kept": len(w.fold.raised), "rss_mb": round(rss_mb(), 1)})  # fmt: skip
-    w.flush(wait_s=10)
+    w.flush(wait_s=10, force=True)
     alerts = [json.loads(x) for x in sink.getvalue().splitlines()]
     lags = [(a["detected_us"] - a["at_us"]) / S for a in alerts if a["alert"] == "silent_pin"]
     return {
@@ -110,6 +113,45 @@ def throughput(out: Path, minutes: int, rate: int) -> dict:
         "alerts": {k: sum(a["alert"] == k for a in alerts) for k in {a["alert"] for a in alerts}},
         "silent_pin_log_lag_s_max": max(lags) if lags else None, "memory": samples,
     }  # fmt: skip
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sustained(out: Path, rate: int, seconds: int = 15) -> dict:
+    log, db, status = out / f"live-{rate}.log", out / f"live-{rate}.duckdb", out / f"live-{rate}.json"
+    for p in (log, db, status, out / f"live-{rate}.duckdb.alerts.jsonl"):
+        p.unlink(missing_ok=True)
+    log.write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pdforensics", "watch", "--db", str(db), "--file", str(log), "--tz", "UTC",
+         "--host", "gpu-a", "--json", "--watchdog-timeout", "60", "--status-file", str(status)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    # requests at rate/2.1 a second give ~rate lines a second (Receive + Finish + a batch line)
+    text = stream(seconds + 5, max(int(rate / 2.1), 1))
+    per_s = len(text) // (seconds + 5)
+    try:
+        while not status.exists():
+            time.sleep(0.1)
+        c0, t0 = _cpu_s(proc.pid), time.perf_counter()
+        written = 0
+        with open(log, "a") as f:
+            for i in range(seconds):
+                f.write("\n".join(text[i * per_s : (i + 1) * per_s]) + "\n")
+                f.flush()
+                written += per_s
+                time.sleep(max(t0 + i + 1 - time.perf_counter(), 0))
+        wall = time.perf_counter() - t0
+        cpu = _cpu_s(proc.pid) - c0
+        st = json.loads(status.read_text())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return {"lines_per_s": round(written / wall), "cpu_share_of_a_core": round(cpu / wall, 3),
+            "lines_behind_at_end": written - st["lines"], "last_write_ms": st["last_flush_ms"]}  # fmt: skip
 
 
 def latency(out: Path, runs: int = 5) -> list[float]:
@@ -147,9 +189,11 @@ def main() -> None:
     ap.add_argument("--minutes", type=int, default=60)
     ap.add_argument("--rate", type=int, default=10, help="requests per second of log time")
     ap.add_argument("--out", type=Path, default=Path("/tmp/watch-bench"))
+    ap.add_argument("--live-rates", default="1000,5000", help="lines/s for the sustained phase")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     result = throughput(args.out, args.minutes, args.rate)
+    result["sustained"] = [sustained(args.out, int(r)) for r in args.live_rates.split(",")]
     result["alert_latency_wall_s"] = latency(args.out)
     result["max_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     result["cores"] = os.cpu_count()

@@ -304,6 +304,9 @@ def watch(
         Path | None, typer.Option(help="Delivered alerts, one JSON a line (default <db>.alerts.jsonl).")
     ] = None,
     poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
+    commit_interval: Annotated[
+        float, typer.Option(help="Seconds between write transactions (alerts never wait for them).")
+    ] = 2.0,
     clock: Annotated[
         str | None,
         typer.Option(
@@ -331,7 +334,7 @@ def watch(
     )
     cfg = WatchConfig(
         db=db, followers=followers, catalog=load_catalog(catalog or []), tz=tz,
-        watchdog_timeout_s=watchdog_timeout, grace_s=opts.grace_s, poll_s=poll,
+        watchdog_timeout_s=watchdog_timeout, grace_s=opts.grace_s, poll_s=poll, commit_s=commit_interval,
         wall_clock=(clock or ("wall" if local else "log")) == "wall", json_out=json_out, exec_cmd=exec_cmd,
         listen=listen, textfile=textfile, status_file=status_file, alert_log=alert_log, once=once,
     )  # fmt: skip

@@ -116,10 +116,12 @@ def test_sigkill_and_restart_neither_lose_nor_repeat(tmp_path: Path) -> None:
     feed(watch, journal, first[2:])
     watch.wait_for("the silent pin", lambda st: st.get("alerts", 0) >= 1 and st.get("pending_lines") == 0)
     watch.kill()  # SIGKILL: no chance to flush or say goodbye
-    append_journal(journal, second[:10])  # written while no watch runs
+    down = [x for x in second if x.t_us < T0 + 40 * S]  # written while no watch runs: the firing too
+    assert any("inflight watchdog:" in x.text for x in down)
+    append_journal(journal, down)
     watch = start_watch(tmp_path, db, "--journal-file", str(journal), *ARGS)
-    watch.wait_for("the lines written meanwhile", lambda st: st.get("lines", 0) >= len(first) + 10)
-    feed(watch, journal, second[10:])
+    watch.wait_for("the lines written meanwhile", lambda st: st.get("lines", 0) >= len(first) + len(down))
+    feed(watch, journal, second[len(down) :])
     watch.wait_lines(len(first) + len(second))
     assert watch.stop() == 0
     alerts = watch.alerts()  # both runs appended to the same output
@@ -302,4 +304,4 @@ def test_wall_clock_calls_a_pin_when_the_logs_go_quiet(tmp_path: Path) -> None:
     assert sorted((a["alert"], a["engine"]) for a in alerts if a["alert"] != "silent_pin") == [
         ("engine_silent", "decode"), ("engine_silent", "prefill")
     ]  # fmt: skip
-    w.flush(wait_s=10)
+    w.flush(wait_s=10, force=True)

@@ -184,7 +184,7 @@ def start_watch(tmp: Path, db: Path, *args: str, name: str = "watch") -> WatchPr
     err = open(tmp / f"{name}.status.json.err", "w")  # noqa: SIM115 - the child writes it
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pdforensics", "watch", "--db", str(db), "--json", "--poll", "0.1",
+        [sys.executable, "-m", "pdforensics", "watch", "--db", str(db), "--json", "--poll", "0.1", "--commit-interval", "0",
          "--status-file", str(status), *args],
         stdout=open(out, "a"), stderr=err, text=True, env=env, cwd=tmp,  # noqa: SIM115
     )  # fmt: skip
