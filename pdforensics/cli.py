@@ -289,7 +289,9 @@ def watch(
     catalog: Annotated[list[Path] | None, typer.Option("--catalog", help="Extra catalog TOML.")] = None,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
-    json_out: Annotated[bool, typer.Option("--json", help="One JSON object per alert and line.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="One JSON object per alert (for pipelines).")
+    ] = False,
     exec_cmd: Annotated[
         str | None, typer.Option("--exec", help="Command run per alert, the alert as JSON on stdin.")
     ] = None,
@@ -329,6 +331,11 @@ def watch(
     opts = verdict_options(window.since_us, None, watchdog_timeout, grace)
     if clock not in (None, "log", "wall"):
         raise UsageError("--clock is 'log' or 'wall'")
+    port = (listen or "").rpartition(":")[2]
+    if listen is not None and not (port.isdigit() and int(port) < 65536):
+        raise UsageError(f"--listen takes HOST:PORT (e.g. 127.0.0.1:9464), not {listen!r}")
+    if poll < 0 or commit_interval < 0:
+        raise UsageError("--poll and --commit-interval must be >= 0")
     followers = build_followers(
         directory, journal_file, file, tuple(unit or ("sglang*",)), window.since_us, host
     )
