@@ -34,7 +34,7 @@ DEFAULT_TIMEOUT_S = 300.0
 DEFAULT_GRACE_S = 10.0
 S = 1_000_000
 RECENT_US = 600 * S  # the live verdict looks back this far (log time) for firings and holes
-_RAISED_KEPT = 5_000  # alert keys remembered once their subject folded away (bounded)
+_RAISED_KEPT = 1_000  # alert keys remembered once their subject folded away (bounded)
 
 # Alert kinds, in the order a human reads them. Recovery, backpressure and wedge alerts (the
 # verdict-depth issue) add their kinds here and their rules in `LiveFold._check`.
@@ -121,7 +121,8 @@ class LiveFold:
         self.holes_total: dict[str, int] = {}
         self.alerts_total: dict[str, int] = {}
         self.first_us: int | None = None
-        self.newest_us: int | None = None
+        self.newest_us: int | None = None  # "now": the newest line, or the wall clock when later
+        self.log_us: int | None = None  # the newest line's own time
         self.lines_total = 0
         self._heap: list[tuple[int, int]] = []  # (deadline, room)
         self._new: list[Alert] = []
@@ -177,8 +178,9 @@ class LiveFold:
         self.lines_total += lines.height
         if not timed.height:
             return
-        lo = timed["ts_us"].min()
+        lo, hi = timed["ts_us"].min(), timed["ts_us"].max()
         self.first_us = lo if self.first_us is None else min(self.first_us, lo)  # type: ignore[type-var]
+        self.log_us = hi if self.log_us is None else max(self.log_us, hi)  # type: ignore[type-var]
         per_unit = timed.group_by("host", "unit", "engine").agg(pl.col("ts_us").max())
         for host, unit, engine, last in per_unit.iter_rows():
             host = host or ""
@@ -448,8 +450,10 @@ class LiveFold:
         )
         if self.silent_pins() or anon:
             return "watchdog_missed"
-        if self.holes or self.first_us is None or self.newest_us is None:
+        if self.holes or self.first_us is None or self.log_us is None:
             return "inconclusive"
+        if now_us - self.log_us > self.stuck_us:
+            return "inconclusive"  # no line for longer than a timeout: silence is not evidence
         if now_us - self.first_us < self.stuck_us:
             return "inconclusive"  # seen less than one timeout: nothing can be said yet
         if self.firings:
@@ -468,7 +472,7 @@ class LiveFold:
             "units": [[h, u, t] for (h, u), t in self.units.items()],
             "levels": self.levels, "holes": self.holes, "raised": list(self.raised.values()),
             "firings": self.firings, "firings_total": self.firings_total, "holes_total": self.holes_total,
-            "alerts_total": self.alerts_total, "first_us": self.first_us, "newest_us": self.newest_us,
+            "alerts_total": self.alerts_total, "first_us": self.first_us, "newest_us": self.newest_us, "log_us": self.log_us,
             "lines_total": self.lines_total,
         }  # fmt: skip
 
@@ -484,6 +488,7 @@ class LiveFold:
         self.firings, self.firings_total = s["firings"], s["firings_total"]
         self.holes_total, self.alerts_total = s["holes_total"], s["alerts_total"]
         self.first_us, self.newest_us, self.lines_total = s["first_us"], s["newest_us"], s["lines_total"]
+        self.log_us = s.get("log_us")
         self._rebuild_heap()
 
 

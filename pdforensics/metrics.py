@@ -82,7 +82,7 @@ class WatchMetrics:
             self.verdict.labels(v).set(1 if v == current else 0)
         self.timeout.set(fold.timeout_s)
         self.lines.set(fold.lines_total)
-        self.log_time.set((fold.newest_us or 0) / S)
+        self.log_time.set((fold.log_us or 0) / S)
         self.pending.set(pending_lines)
         self.db_busy.set(db_busy)
 

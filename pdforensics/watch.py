@@ -343,7 +343,7 @@ class Watcher:
         if self.cfg.status_file:
             status = {
                 "polls": self.polls, "lines": self.fold.lines_total, "flushed_lines": self.flushed_lines,
-                "pending_lines": self.pending_lines, "newest_us": self.fold.newest_us, "now_us": now_us,
+                "pending_lines": self.pending_lines, "newest_us": self.fold.log_us, "now_us": now_us,
                 "open_requests": len(self.fold.rooms), "alerts": len(self.delivered),
                 "db_busy": self.db_busy, "last_flush_ms": round(self.last_flush_ms, 1), "listen": f"{self.listening[0]}:{self.listening[1]}" if self.listening else None,
                 "verdict": self.fold.live_verdict(now_us),

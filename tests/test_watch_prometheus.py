@@ -64,8 +64,9 @@ def pinned_watch(tmp_path: Path, *args: str):  # type: ignore[no-untyped-def]
 
 
 def metric_value(text: str, name: str) -> float | None:
+    """The value of the first sample named `name` (with its labels, if given)."""
     for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
+        if line.startswith(name + " ") or ("{" not in name and line.startswith(name + "{")):
             return float(line.rsplit(" ", 1)[1])
     return None
 
@@ -125,6 +126,19 @@ def test_node_exporter_textfile_collector_reads_the_metric(tmp_path: Path) -> No
         text = until("the exporter's /metrics", lambda: get(f"http://127.0.0.1:{port}/metrics"))
         assert metric_value(text, "pdforensics_silent_pins") == 1.0
         assert 'pdforensics_silent_pins_by_host{host="gpu-a"} 1' in text
+        # p4 is the one open request: received at 4 s, the newest line at 29.5 s (log time)
+        assert metric_value(text, 'pdforensics_open_requests{host="gpu-a"}') == 1.0
+        assert metric_value(text, 'pdforensics_oldest_open_request_age_seconds{host="gpu-a"}') == 25.5
+        assert metric_value(text, 'pdforensics_inflight_floor{host="gpu-a"}') == 1.0
+        assert metric_value(text, 'pdforensics_verdict{verdict="watchdog_missed"}') == 1.0
+        assert metric_value(text, 'pdforensics_verdict{verdict="nothing_stuck"}') == 0.0
+        assert (
+            metric_value(
+                text, 'pdforensics_unit_last_line_age_seconds{host="gpu-a",unit="sglang-prefill.service"}'
+            )
+            == 0.0
+        )
+        assert metric_value(text, "pdforensics_watchdog_firings_total") == 0.0
         assert metric_value(text, "node_textfile_scrape_error") == 0.0  # the file parsed cleanly
         assert not list(textdir.glob("*.tmp*"))  # written aside and renamed
     finally:
