@@ -50,10 +50,10 @@ def feed(watch, journal: Path, lines: list[Line], chunk_s: int = 5) -> None:  # 
             watch.wait_for(f"{total} lines", lambda st, n=total: st.get("lines", 0) >= n)
 
 
-def db_rows(db: Path, sql: str) -> list[tuple]:
+def db_rows(db: Path, sql: str, params: list | None = None) -> list[tuple]:
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return con.execute(sql).fetchall()
+        return con.execute(sql, params or []).fetchall()
     finally:
         con.close()
 
@@ -305,3 +305,25 @@ def test_wall_clock_calls_a_pin_when_the_logs_go_quiet(tmp_path: Path) -> None:
         ("engine_silent", "decode"), ("engine_silent", "prefill")
     ]  # fmt: skip
     w.flush(wait_s=10, force=True)
+
+
+def test_plain_file_restart_resumes_at_its_offset(tmp_path: Path) -> None:
+    log, db = tmp_path / "prefill.log", tmp_path / "w.duckdb"
+    lines = [x for x in traffic(40, pin=PIN) if x.engine == "prefill"]
+    half = len(lines) // 2
+    append_plain(log, lines[:half])
+    with open(log, "a") as f:
+        f.write(lines[half].plain()[:30])  # a line still being written: not taken before its newline
+    args = ("--file", str(log), "--tz", "UTC", "--host", "gpu-a", *ARGS)
+    watch = start_watch(tmp_path, db, *args)
+    watch.wait_lines(half)
+    watch.kill()
+    with open(log, "a") as f:
+        f.write(lines[half].plain()[30:] + "\n")
+    append_plain(log, lines[half + 1 :])
+    watch = start_watch(tmp_path, db, *args)
+    watch.wait_lines(len(lines))
+    assert watch.stop() == 0
+    assert db_rows(db, "SELECT count(*), count(DISTINCT seq) FROM lines") == [(len(lines), len(lines))]
+    assert db_rows(db, "SELECT count(*) FROM lines WHERE message = ?", [lines[half].plain()]) == [(1,)]
+    assert [a["alert"] for a in watch.alerts()] == ["silent_pin"]
