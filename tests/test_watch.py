@@ -23,6 +23,7 @@ from tests.watch_helpers import (
     S,
     append_journal,
     append_plain,
+    armed,
     prefill_stats,
     room,
     start_watch,
@@ -225,12 +226,12 @@ def test_service_files_verify(tmp_path: Path) -> None:
         assert needed in service
 
 
-def _once_alerts(tmp_path: Path, lines: list[Line]) -> list[dict]:
+def _once_alerts(tmp_path: Path, lines: list[Line], args: tuple[str, ...] = ARGS) -> list[dict]:
     journal = tmp_path / "j.journal"
     append_journal(journal, sorted(lines, key=lambda x: x.t_us))
     proc = subprocess.run(
         [sys.executable, "-m", "pdforensics", "watch", "--db", str(tmp_path / "w.duckdb"), "--journal-file",
-         str(journal), *ARGS, "--once", "--json"], capture_output=True, text=True, cwd=REPO, check=False,
+         str(journal), *args, "--once", "--json"], capture_output=True, text=True, cwd=REPO, check=False,
     )  # fmt: skip
     assert proc.returncode in (0, 1, 2, 3), proc.stderr
     return [json.loads(x) for x in proc.stdout.splitlines()]
@@ -327,3 +328,14 @@ def test_plain_file_restart_resumes_at_its_offset(tmp_path: Path) -> None:
     assert db_rows(db, "SELECT count(*), count(DISTINCT seq) FROM lines") == [(len(lines), len(lines))]
     assert db_rows(db, "SELECT count(*) FROM lines WHERE message = ?", [lines[half].plain()]) == [(1,)]
     assert [a["alert"] for a in watch.alerts()] == ["silent_pin"]
+
+
+def test_timeout_from_the_armed_line(tmp_path: Path) -> None:
+    """No --watchdog-timeout: the `inflight watchdog armed` line's 5 s rules (not the default 300 s)."""
+    lines = [Line(T0 - S, "prefill", armed(TIMEOUT_S)), *traffic(40, pin=PIN)]
+    (alert,) = _once_alerts(tmp_path, lines, args=())
+    assert alert["alert"] == "silent_pin" and alert["timeout_s"] == TIMEOUT_S
+    assert alert["timeout_source"] == "armed line"
+    other = tmp_path / "default"
+    other.mkdir()
+    assert _once_alerts(other, traffic(40, pin=PIN), args=()) == []  # 300 s: not yet a pin

@@ -1,4 +1,5 @@
-"""Traffic for the watch tests: SGLang lines (the catalog's sample texts, re-timed) as Journal
+"""Traffic for the watch tests: SGLang lines (the catalog's sample texts and the simulator's
+watchdog line builders, re-timed) as Journal
 Export entries appended to a real `.journal` by systemd-journal-remote, or as a plain log, and a
 `watch` subprocess whose progress (its --status-file) the tests wait on, never a sleep."""
 
@@ -15,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pdforensics.simulate import lines as sim_lines
 from tests.conftest import JOURNAL_REMOTE, REPO
 
 T0 = 1_796_000_000_000_000  # 2026-11-30 00:53:20 UTC, in µs
@@ -54,12 +56,11 @@ def prefill_stats(inflight: int, new_seq: int = 0, queue: int = 0) -> str:
 
 
 def armed(timeout_s: int) -> str:
-    return f"inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT={timeout_s}s"
+    return sim_lines.watchdog_armed(timeout_s)
 
 
 def fired(n: int, timeout_s: int, dwell: float) -> str:
-    return (f"inflight watchdog: req.rid='p{n}' req.bootstrap_room={room(n)} stalled >{timeout_s}s in "
-            f"KVPoll.Transferring (dwell={dwell:.1f}s); forcing Failed + release")  # fmt: skip
+    return sim_lines.watchdog_fired(f"p{n}", room(n), timeout_s, "KVPoll.Transferring", dwell)
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Line:
         unit, pid, inv = UNITS[self.engine]
         host = "gpu-b" if self.engine == "decode" else "gpu-a"
         ident = "systemd-journald" if self.engine == "journald" else "python3"
-        return (f"__REALTIME_TIMESTAMP={self.t_us}\n__MONOTONIC_TIMESTAMP={self.t_us - T0 + 1}\n_BOOT_ID={BOOT}\n"
+        return (f"__REALTIME_TIMESTAMP={self.t_us}\n__MONOTONIC_TIMESTAMP={self.t_us - T0 + 60 * S}\n_BOOT_ID={BOOT}\n"
                 f"_HOSTNAME={host}\n_SYSTEMD_UNIT={unit}\n_PID={pid}\n_SYSTEMD_INVOCATION_ID={inv}\n"
                 f"SYSLOG_IDENTIFIER={ident}\nPRIORITY=6\nMESSAGE={self.plain()}\n\n")  # fmt: skip
 
