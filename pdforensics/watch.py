@@ -24,6 +24,7 @@ the raised-but-undelivered ones are sent, and re-raised ones already in the log 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -145,7 +146,8 @@ class Watcher:
 
     def run(self) -> None:
         self.start()
-        signal.signal(signal.SIGTERM, self._on_term)
+        with contextlib.suppress(ValueError):  # not the main thread (a library caller): no handler
+            signal.signal(signal.SIGTERM, self._on_term)
         try:
             while not self.stop:
                 more = self.poll()
