@@ -276,6 +276,100 @@ def catalog_cmd(
         typer.echo(f"{e.name:44s} {e.event:28s} {dialect:16s} {e.versions or '':14s} {e.origin}")
 
 
+# ------------------------------------------------------------------ watch
+
+
+@app.command()
+def watch(
+    db: DbOpt = DEFAULT_DB,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Where a first start begins (default: the local journal's last 10min, files whole)."
+        ),
+    ] = None,
+    unit: Annotated[
+        list[str] | None, typer.Option("--unit", "-u", help="Unit glob, repeatable (default sglang*).")
+    ] = None,
+    directory: Annotated[
+        list[Path] | None,
+        typer.Option("--directory", "-D", help="Journal directory to follow.", readable=False),
+    ] = None,
+    journal_file: Annotated[
+        list[Path] | None, typer.Option("--journal-file", help="A .journal file to follow.", readable=False)
+    ] = None,
+    file: Annotated[
+        list[Path] | None,
+        typer.Option("--file", "-f", help="A plain SGLang log, followed like tail -F.", readable=False),
+    ] = None,
+    tz: Annotated[str | None, typer.Option(help="Time zone of zone-less log prefixes.")] = None,
+    host: Annotated[str | None, typer.Option(help="Host name for plain log files.")] = None,
+    catalog: Annotated[list[Path] | None, typer.Option("--catalog", help="Extra catalog TOML.")] = None,
+    watchdog_timeout: TimeoutOpt = None,
+    grace: GraceOpt = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="One JSON object per alert (for pipelines).")
+    ] = False,
+    exec_cmd: Annotated[
+        str | None, typer.Option("--exec", help="Command run per alert, the alert as JSON on stdin.")
+    ] = None,
+    listen: Annotated[
+        str | None, typer.Option(help="Serve /metrics on HOST:PORT, e.g. 127.0.0.1:9464.")
+    ] = None,
+    textfile: Annotated[
+        Path | None, typer.Option(help="Write node_exporter textfile metrics here (atomically).")
+    ] = None,
+    status_file: Annotated[Path | None, typer.Option(help="Write the watch's progress (JSON) here.")] = None,
+    alert_log: Annotated[
+        Path | None, typer.Option(help="Delivered alerts, one JSON a line (default <db>.alerts.jsonl).")
+    ] = None,
+    poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
+    commit_interval: Annotated[
+        float, typer.Option(help="Seconds between write transactions (alerts never wait for them).")
+    ] = 2.0,
+    clock: Annotated[
+        str | None,
+        typer.Option(
+            help="'log' (newest line) or 'wall' for deadlines (default: wall for the local journal)."
+        ),
+    ] = None,
+    once: Annotated[
+        bool, typer.Option("--once", help="One pass over --since, then exit with verdict --check's code.")
+    ] = False,
+) -> None:
+    """Follow the logs into the database and alert the moment a request outlives the watchdog."""
+    from pdforensics.api import checked_window, verdict_options
+    from pdforensics.catalog import load_catalog
+    from pdforensics.watch import WatchConfig, Watcher, build_followers, once_exit_code
+
+    local = not (directory or journal_file or file)
+    if since is None and local:
+        since = "10min"
+    window = checked_window(since, None, _now_us(), tz)
+    opts = verdict_options(window.since_us, None, watchdog_timeout, grace)
+    if clock not in (None, "log", "wall"):
+        raise UsageError("--clock is 'log' or 'wall'")
+    port = (listen or "").rpartition(":")[2]
+    if listen is not None and not (port.isdigit() and int(port) < 65536):
+        raise UsageError(f"--listen takes HOST:PORT (e.g. 127.0.0.1:9464), not {listen!r}")
+    if poll < 0 or commit_interval < 0:
+        raise UsageError("--poll and --commit-interval must be >= 0")
+    followers = build_followers(
+        directory, journal_file, file, tuple(unit or ("sglang*",)), window.since_us, host
+    )
+    cfg = WatchConfig(
+        db=db, followers=followers, catalog=load_catalog(catalog or []), tz=tz,
+        watchdog_timeout_s=watchdog_timeout, grace_s=opts.grace_s, poll_s=poll, commit_s=commit_interval,
+        wall_clock=(clock or ("wall" if local else "log")) == "wall", json_out=json_out, exec_cmd=exec_cmd,
+        listen=listen, textfile=textfile, status_file=status_file, alert_log=alert_log, once=once,
+    )  # fmt: skip
+    Watcher(cfg).run()
+    if once:
+        verdict_name, code = once_exit_code(db, window.since_us, watchdog_timeout, grace)
+        typer.echo(f"verdict: {verdict_name}", err=True)
+        raise typer.Exit(code)
+
+
 INTERRUPTED = "interrupted; every batch committed so far is kept, rerun to continue"
 
 

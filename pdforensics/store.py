@@ -95,6 +95,9 @@ def _events_ddl() -> str:
 
 
 _LOCK_RETRY_S = 0.2
+# A read-only open that meets a writer's lock retries this long before failing with one line:
+# `pdforensics watch` holds the file only for its short write transactions (see watch.py).
+READ_LOCK_WAIT_S = 3.0
 
 
 def _is_lock_error(exc: duckdb.Error) -> bool:
@@ -126,13 +129,18 @@ def _friendly(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: 
     return DatabaseError(f"cannot open database {path}: {text.splitlines()[0]}")
 
 
-def open_db(path: str | Path, read_only: bool = False, wait_s: float = 0.0) -> duckdb.DuckDBPyConnection:
+def open_db(
+    path: str | Path, read_only: bool = False, wait_s: float | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open (and for writers, create and migrate) the database; errors become one-line messages.
 
     `wait_s`: how long to keep retrying while another process holds the database's lock
-    (an ingest waits a little for a concurrent one instead of failing at once).
+    (an ingest waits a little for a concurrent one instead of failing at once). Default: 0 for
+    writers, READ_LOCK_WAIT_S for readers.
     """
     path = Path(path)
+    if wait_s is None:
+        wait_s = READ_LOCK_WAIT_S if read_only else 0.0
     try:
         _check_path(path, read_only)
     except PermissionError:  # a folder on the way the user may not enter

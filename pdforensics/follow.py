@@ -1,0 +1,226 @@
+"""Follow mode for the sources `ingest` reads: the journal (local, a directory, files) and plain logs.
+
+A follower is polled: each `poll()` returns the records that appeared since the last one (a
+`RecordBatch`, possibly empty) and `state()` says where it stands, so a restarted watch continues
+exactly there (nothing re-read, nothing skipped). The readers' own record builders are reused, so
+a followed line is stored exactly as `ingest` would store it (journal entries keep their
+`(seqnum id, seqnum)` key: a later `ingest` of the same journal adds nothing twice).
+
+* `JournalFollower`: one python-systemd `_Reader` kept open; sd_journal sees entries appended to
+  the files it has open (systemd-journal-remote, journald). A directory is re-listed every few
+  polls, and a new file (rotation, a new remote host) reopens the reader at the cursor.
+* `FileFollower`: `tail -F` for a plain text log. Complete lines only (a line still being written
+  waits for its newline); when the path names another file (rotation by rename) or the file
+  shrank (copytruncate), the rest of the old file is read to its end, then the new one from byte 0.
+  The dedup key is the file's identity at first sight (device, inode, path), kept in the state:
+  a file only ever grows under one key. (It is not `ingest`'s content key, which a growing file
+  under 64 KiB does not have yet: the same file also ingested with `ingest --file` is stored twice.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pdforensics.errors import SourceError, UsageError
+from pdforensics.sources import RecordBatch, Selection, Window
+from pdforensics.sources._common import GZIP_MAGIC
+from pdforensics.sources._records import journal_records
+from pdforensics.sources.journal import JournalSource, _read_block, journal_files
+from pdforensics.sources.plain import MAX_LINE_BYTES, PlainFileSource
+
+# Entries or bytes taken per poll and source: bounds the memory of one poll after a long outage
+# (the rest comes with the next polls, which follow at once while there is more).
+POLL_ENTRIES = 50_000
+POLL_BYTES = 16 << 20
+_RELIST_POLLS = 5  # a directory is re-listed for new journal files every this many polls
+
+
+class JournalFollower:
+    def __init__(self, kind: str, paths: list[Path], units: tuple[str, ...], since_us: int | None) -> None:
+        self.source = JournalSource(kind, paths)  # type: ignore[arg-type]  # its checks, same messages
+        if self.source.reader != "python-systemd":
+            raise SourceError("watch follows the journal through python-systemd, which is not installed")
+        self.kind, self.dir = kind, paths[0] if kind == "directory" else None
+        self.name = self.source.label
+        self.selection = Selection(window=Window(since_us=since_us), units=units)
+        self.cursor: str | None = None
+        self.files = list(self.source.files)
+        self._j: Any = None
+        self._polls = 0
+        self._watching = False
+        self.more = False  # the last poll stopped at its limit: poll again at once
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        self.cursor = (state or {}).get("cursor")
+
+    def state(self) -> dict[str, Any]:
+        return {"cursor": self.cursor}
+
+    def _reopen(self) -> None:
+        if self._j is not None:
+            self._j.close()
+        self.source.files = self.files
+        self._j = self.source._open(self.files)
+        self._watching = False
+        since = self.selection.window.since_us
+        if self.cursor and _seek_after(self._j, self.cursor):
+            return
+        if self.cursor:  # its file is gone (rotated away, vacuumed): continue after its time
+            self._j.seek_realtime(_cursor_time(self.cursor) + 1)
+        elif since is not None:
+            self._j.seek_realtime(max(since, 0))
+
+    def poll(self) -> RecordBatch:
+        self._polls += 1
+        if self.dir is not None and self._polls % _RELIST_POLLS == 0:
+            found = journal_files(self.dir)
+            if found != self.files:
+                self.files = found
+                self._reopen()
+        if self._j is None:
+            self._reopen()
+        if self.kind == "local":
+            # journald rotates and adds files: sd_journal notices through its inotify fd, which
+            # process() drains (it must exist first: fileno() creates it)
+            with contextlib.suppress(OSError):
+                if not self._watching:
+                    self._j.fileno()
+                    self._watching = True
+                self._j.process()
+        raw, self.more, error = _read_block(self._j, POLL_ENTRIES, None)
+        if error is not None:
+            raise SourceError(f"{self.name}: journal read failed: {error.strerror or error}")
+        if not raw.height:
+            return RecordBatch()
+        self.cursor = raw["__CURSOR"][-1]
+        return journal_records(raw, self.selection, source=self.name)
+
+    def close(self) -> None:
+        if self._j is not None:
+            self._j.close()
+            self._j = None
+
+
+def _seek_after(j: Any, cursor: str) -> bool:
+    """Position `j` so that its next entry is the one after `cursor`; False if it is not there."""
+    try:
+        j.seek_cursor(cursor)
+        return bool(j._next() and j.test_cursor(cursor))
+    except OSError:
+        return False
+
+
+def _cursor_time(cursor: str) -> int:
+    part = next((p[2:] for p in cursor.split(";") if p.startswith("t=")), "0")
+    return int(part, 16)
+
+
+class FileFollower:
+    def __init__(self, path: Path, host: str | None, unit: str | None) -> None:
+        self.path = Path(path)
+        self.host, self.unit = host, unit
+        self.name = f"file:{self.path.resolve()}"
+        self._f: Any = None
+        self.ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file being read
+        self.key = ""
+        self.offset = 0  # bytes of the current file consumed (complete lines)
+        self._src: PlainFileSource | None = None
+        self.more = False
+        self._check_first()
+
+    def _check_first(self) -> None:
+        if not self.path.exists():
+            return  # tail -F: wait for it to appear
+        PlainFileSource(self.path)  # its checks: a directory, a pipe, permissions, not text
+        with open(self.path, "rb") as f:
+            if f.read(2) == GZIP_MAGIC:
+                raise UsageError(f"{self.path} is compressed: watch follows live text logs; ingest .gz files")
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if not state:
+            return
+        self.ident = tuple(state["ident"])  # type: ignore[assignment]
+        self.key, self.offset = state["key"], int(state["offset"])
+
+    def state(self) -> dict[str, Any]:
+        return {"ident": list(self.ident) if self.ident else None, "key": self.key, "offset": self.offset}
+
+    def _stat(self) -> os.stat_result | None:
+        try:
+            return self.path.stat()
+        except FileNotFoundError:
+            return None
+
+    def _open_current(self, st: os.stat_result) -> None:
+        ident = (st.st_dev, st.st_ino)
+        if ident != self.ident:  # a new file at the path: from its start, under its own key
+            self.ident, self.offset = ident, 0
+            seed = f"watch {self.path.resolve()} {st.st_dev} {st.st_ino} {st.st_mtime_ns}"
+            self.key = "file:" + hashlib.sha1(seed.encode()).hexdigest()[:16]
+        self._f = open(self.path, "rb")  # noqa: SIM115 - kept open while followed
+        self._src = PlainFileSource(self.path, host=self.host, unit=self.unit)
+        self._src.key = self.key
+
+    def poll(self) -> RecordBatch:
+        st = self._stat()
+        if self._f is None:
+            if st is None:
+                return RecordBatch()
+            self._open_current(st)
+        out = [self._read(final=False)]
+        st = self._stat()
+        own = os.fstat(self._f.fileno())
+        rotated = st is not None and (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino)
+        truncated = own.st_size < self.offset
+        if (rotated or truncated) and not self.more:
+            if rotated:
+                out.append(self._read(final=True))  # the old file's last (maybe unterminated) line
+            self._f.close()
+            self._f = None
+            if truncated and not rotated:
+                self.ident = None  # rewritten in place: a new stream
+            if st is not None:
+                self._open_current(st)
+                out.append(self._read(final=False))
+        return _concat([b for b in out if b.records.height or b.rejects.height])
+
+    def _read(self, final: bool) -> RecordBatch:
+        assert self._f is not None and self._src is not None
+        self._f.seek(self.offset)
+        buf = self._f.read(POLL_BYTES)
+        self.more = len(buf) == POLL_BYTES
+        end = buf.rfind(b"\n") + 1
+        if not final and end == 0 and len(buf) > MAX_LINE_BYTES:
+            end = len(buf)  # a "line" longer than any SGLang line: taken (and rejected) as it is
+        if final:
+            end = len(buf)
+        if end == 0:
+            return RecordBatch()
+        batch = self._src._batch(buf[:end], self.offset, [])
+        self.offset += end
+        return batch
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def _concat(batches: list[RecordBatch]) -> RecordBatch:
+    if not batches:
+        return RecordBatch()
+    if len(batches) == 1:
+        return batches[0]
+    return RecordBatch(
+        records=pl.concat([b.records for b in batches]),
+        rejects=pl.concat([b.rejects for b in batches]),
+    )
+
+
+Follower = JournalFollower | FileFollower
