@@ -96,6 +96,10 @@ def test_folded_rooms_equal_their_lines(scenario: str, tmp_path: Path, catalog) 
     whole = verdict.VerdictOptions()
     got = facts(db, whole)
     assert got == facts(db, whole, lines_only=True)
+    if not got[0]:
+        # a non-PD server's lines name no bootstrap room: nothing to fold, and the same from the lines
+        assert scenario == "non_pd_prefill_name"
+        return
     folded, total = folded_share(db, whole)
     assert total == len(got[0]) and folded > total // 2, (folded, total)
     lo, hi = span(db)
