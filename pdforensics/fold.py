@@ -46,6 +46,10 @@ def _side(s: str, is_side: str) -> list[tuple[str, str, str, str]]:
         (f"{s}_stats_ts", "BIGINT", f"min(ts_us) {w} AND k = 4)", "least"),
         (f"{s}_common_last_ts", "BIGINT", f"max(ts_us) {w} AND k > 0)", "greatest"),
         (f"{s}_rid", "VARCHAR", f"any_value(rid) {w} AND k > 0)", "coalesce"),
+        # legs: a room can be several requests (a DeepSeek-V4 rebootstrap, n > 1, a duplicate room)
+        (f"{s}_recvs", "BIGINT", f"count(*) {w} AND k = 1)", "sum"),
+        (f"{s}_last_recv_ts", "BIGINT", f"max(ts_us) {w} AND k = 1)", "greatest"),
+        (f"{s}_last_done_ts", "BIGINT", f"max(ts_us) {w} AND k IN (2, 4))", "greatest"),
     ]
 
 
@@ -122,6 +126,8 @@ def _combine(name: str, how: str) -> str:
         return f"{old} OR {new}"
     if how == "coalesce":
         return f"coalesce({old}, {new})"
+    if how == "sum":
+        return f"coalesce({old}, 0) + coalesce({new}, 0)"
     return f"{how}({old}, {new})"  # least/greatest skip NULLs
 
 

@@ -288,6 +288,13 @@ def check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 # no path to SCHEMA_VERSION here is refused with a message, never half-migrated.
 MIGRATIONS: dict[int, list[str]] = {
     1: fold.rebuild_statements(),  # 2: the summary tables (created above), filled from the lines
+    # 3: rooms count each side's legs (Receive: lines) and keep its last Receive: / end, refilled
+    2: [
+        f"ALTER TABLE rooms ADD COLUMN IF NOT EXISTS {name} {typ}"
+        for name, typ, _, _ in fold.COLUMNS
+        if name.endswith(("_recvs", "_last_recv_ts", "_last_done_ts"))
+    ]
+    + fold.rebuild_statements(),
 }
 
 

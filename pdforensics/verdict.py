@@ -321,6 +321,7 @@ def _request_json(r: dict[str, Any]) -> dict[str, Any]:
         "first_seen": iso(r["first_t"]),
         # a firing while its decode was saturated: likely backpressure (None: not a firing, or no load seen)
         "backpressure": r["backpressure"],
+        "legs": r["legs"],  # requests sharing the room: a rebootstrap, n > 1, a duplicate room
     }
 
 

@@ -101,3 +101,26 @@ def test_a_saturated_queue_that_moves_is_not_frozen(log: Log) -> None:
         log.add(t, DECODE, "decode_stats", "Decode batch", running_req=1, transfer_req=2 + i % 3)
     v = log.verdict()
     assert v.verdict == "nothing_stuck" and v.stuck_elsewhere == []
+
+
+def test_a_rebootstrap_leg_is_judged_on_its_own(log: Log) -> None:
+    """DeepSeek-V4 rebootstrap: the decode sends the room to the prefill again with its own rid.
+    The first leg's Finish must not close the second, which here never ends: a silent pin."""
+    r = room(1)
+    log.receive(30, PREFILL, r, "p1").receive(30, DECODE, r, "d1").finish(31, PREFILL, r, "p1")
+    log.receive(60, PREFILL, r, "d1")  # the rebootstrap leg: the decode's rid, the same room
+    log.batch(60.5, inflight=1)
+    log.pinned.append((60.5, None))  # every later batch's floor counts it
+    traffic(log, 10, 300)
+    log.batch(300, inflight=1)
+    reqs = log.requests()
+    assert reqs[r]["legs"] == 3 and reqs[r]["class"] == "silent_pin"
+    assert reqs[r]["prefill_received_t"] < reqs[r]["pinned_from_t"]  # timed from the open leg
+    doc = log.verdict().to_json()
+    assert doc["verdict"] == "watchdog_missed"
+    assert next(x for x in doc["requests"] if x["bootstrap_room"] == str(r))["legs"] == 3
+
+
+def test_one_leg_per_side_is_two(log: Log) -> None:
+    traffic(log, 10, 100)
+    assert {x["legs"] for x in log.requests().values()} == {2}

@@ -46,7 +46,11 @@ folded AS (
         CASE WHEN d_fit = 'in' THEN d_done_ts - d_off END AS d_done,
         CASE WHEN d_fit = 'in' THEN d_stats_ts - d_off END AS d_stats_at,
         CASE WHEN p_fit = 'in' THEN p_common_last_ts - p_off END AS p_last_c,
-        CASE WHEN d_fit = 'in' THEN d_common_last_ts - d_off END AS d_last_c
+        CASE WHEN d_fit = 'in' THEN d_common_last_ts - d_off END AS d_last_c,
+        CASE WHEN p_fit = 'in' THEN p_recvs END AS p_recvs,
+        CASE WHEN d_fit = 'in' THEN d_recvs END AS d_recvs,
+        CASE WHEN p_fit = 'in' THEN p_last_recv_ts - p_off END AS p_last_recv,
+        CASE WHEN p_fit = 'in' THEN p_last_done_ts - p_off END AS p_last_done
     FROM sides AS s
     WHERE (s.p_fit = 'in' OR s.d_fit = 'in') AND s.bootstrap_room NOT IN (SELECT bootstrap_room FROM redo)
 ),
@@ -83,7 +87,11 @@ aggregated AS (
         min(t_us) FILTER (WHERE k = 12) AS d_done,
         min(t_us) FILTER (WHERE k = 14) AS d_stats_at,
         max(t_us) FILTER (WHERE k IN (1, 2, 4)) AS p_last_c,
-        max(t_us) FILTER (WHERE k IN (11, 12, 14)) AS d_last_c
+        max(t_us) FILTER (WHERE k IN (11, 12, 14)) AS d_last_c,
+        count(*) FILTER (WHERE k = 1) AS p_recvs,
+        count(*) FILTER (WHERE k = 11) AS d_recvs,
+        max(t_us) FILTER (WHERE k = 1) AS p_last_recv,
+        max(t_us) FILTER (WHERE k IN (2, 4)) AS p_last_done
     FROM common
     GROUP BY bootstrap_room
 ),
@@ -167,6 +175,8 @@ rare AS (
         min(t_us) FILTER (WHERE k = 18) AS d_retracted_at,
         list_sort(list(DISTINCT coalesce(rank, tp_rank)) FILTER (WHERE k IN (15, 16))) AS d_fail_ranks,
         bool_or(k = 8) AS debug_lines,
+        -- the prefill's last terminal line (a later Receive: opens another leg)
+        max(t_us) FILTER (WHERE k IN (3, 5, 6, 7)) AS p_last_end_r,
         any_value(host) FILTER (WHERE is_p) AS p_host_r,
         any_value(rid) FILTER (WHERE is_p) AS prefill_rid_r,
         min(t_us) FILTER (WHERE is_p) AS p_first_r,
@@ -190,7 +200,16 @@ SELECT
     least(f.d_recv, f.d_done, f.d_stats_at, r.d_first_r) AS d_first,
     greatest(f.d_last_c, r.d_last_r) AS d_last,
     f.d_recv, f.d_done, f.d_stats_at,
-    r.* EXCLUDE (bootstrap_room, debug_lines, p_any_abort, p_any_failure, p_any_propagated,
+    -- legs: Receive: lines on each side (a DeepSeek-V4 rebootstrap sends the room to the prefill
+    -- again with the decode's rid; n > 1 and duplicate rooms share one), at least one per side seen
+    greatest(coalesce(f.p_recvs, 0), CASE WHEN coalesce(f.p_host_c, r.p_host_r) IS NOT NULL OR f.p_done IS NOT NULL
+                                          OR r.p_first_r IS NOT NULL THEN 1 ELSE 0 END)
+      + greatest(coalesce(f.d_recvs, 0), CASE WHEN coalesce(f.d_host_c, r.d_host_r) IS NOT NULL OR f.d_done IS NOT NULL
+                                              OR r.d_first_r IS NOT NULL THEN 1 ELSE 0 END) AS legs,
+    f.p_last_recv,
+    -- a later prefill leg is open: its Receive: came after every prefill end line
+    coalesce(f.p_last_recv > greatest(f.p_last_done, r.p_last_end_r), false) AS p_reopened,
+    r.* EXCLUDE (bootstrap_room, debug_lines, p_last_end_r, p_any_abort, p_any_failure, p_any_propagated,
                  d_any_abort, d_any_failure, d_any_propagated, p_host_r, prefill_rid_r, p_first_r, p_last_r,
                  d_host_r, decode_rid_r, d_first_r, d_last_r),
     coalesce(r.p_any_abort, false) AS p_any_abort,

@@ -28,8 +28,11 @@
 CREATE OR REPLACE VIEW room_state AS
 SELECT
     f.*,
-    -- the prefill released it: its Finish, time stats, a failure line, or the watchdog
-    least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) AS p_end,
+    -- the prefill released it: its Finish, time stats, a failure line, or the watchdog; no end
+    -- while a later leg (a rebootstrap) is open: one leg's end never closes another
+    CASE WHEN NOT f.p_reopened
+         THEN least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at)
+    END AS p_end,
     least(f.d_done, f.d_stats_at, f.d_hs_failed, f.d_xfer_failed, f.d_finish_abort, f.d_wd_at, f.d_retracted_at) AS d_end,
     (f.d_done IS NOT NULL OR f.d_stats_at IS NOT NULL) AS d_completed,
     f.p_any_abort OR f.d_any_abort AS any_abort,
@@ -40,10 +43,13 @@ SELECT
     (f.p_first IS NULL) <> (f.d_first IS NULL) AS one_sided,
     -- Prefill may still hold it: no prefill terminal line, decode did not complete it, and either
     -- the prefill saw it or `Decode transfer failed` says the prefill side was past bootstrap.
-    (least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) IS NULL
+    ((f.p_reopened
+      OR least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) IS NULL)
         AND f.d_done IS NULL AND f.d_stats_at IS NULL
         AND (f.p_first IS NOT NULL OR f.d_xfer_failed IS NOT NULL)) AS prefill_may_hold,
-    coalesce(f.p_recv, f.p_first, f.d_xfer_failed) AS open_start,
+    CASE WHEN f.p_reopened THEN f.p_last_recv ELSE coalesce(f.p_recv, f.p_first, f.d_xfer_failed) END AS open_start,
+    -- the Receive: of the leg the prefill may hold
+    CASE WHEN f.p_reopened THEN f.p_last_recv ELSE f.p_recv END AS p_recv_open,
     -- decode holds it once the prefill sent its KV (or when the prefill never saw it)
     (f.p_done IS NOT NULL OR f.p_stats_at IS NOT NULL OR f.p_first IS NULL) AS decode_side_only,
     coalesce(f.d_first, f.p_done, f.p_stats_at) AS decode_from
@@ -81,7 +87,7 @@ rs AS MATERIALIZED (SELECT * FROM room_state),
 --                    it says which one holds it (undecided)
 --     pinned         held past the deadline with nothing hiding its end: a silent pin
 held_by_prefill AS MATERIALIZED (
-    SELECT r.bootstrap_room, r.p_recv, r.open_start,
+    SELECT r.bootstrap_room, r.p_recv_open AS p_recv, r.open_start,
         -- at L0 the room may not name its prefill: with one prefill host it can only be that one
         coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1 THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
         (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts
@@ -262,7 +268,8 @@ SELECT
         -- held: up to the last time it was seen held (the prefill's last line), not past the evidence
         WHEN p_inflight_entry IS NOT NULL
             THEN greatest(coalesce(p_end, least(open_until, greatest(coalesce(seen_until, open_until), p_inflight_entry))) - p_inflight_entry, 0) / 1e6
-        WHEN p_recv IS NOT NULL THEN (coalesce(p_end, least(open_until, greatest(coalesce(seen_until, open_until), p_recv))) - p_recv) / 1e6
+        WHEN p_recv_open IS NOT NULL
+            THEN (coalesce(p_end, least(open_until, greatest(coalesce(seen_until, open_until), p_recv_open))) - p_recv_open) / 1e6
         -- from the decode's handshake only while a known prefill may hold it: otherwise it is made up
         WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill'
             THEN (least(open_until, greatest(coalesce(seen_until, open_until), pin_start)) - pin_start) / 1e6
@@ -271,7 +278,7 @@ SELECT
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN 'watchdog line'
         WHEN status = 'released' THEN NULL
         WHEN p_inflight_entry IS NOT NULL THEN 'time stats (inflight entry)'
-        WHEN p_recv IS NOT NULL THEN 'prefill Receive (upper bound)'
+        WHEN p_recv_open IS NOT NULL THEN 'prefill Receive (upper bound)'
         WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill' THEN 'decode handshake done (lower bound)'
     END AS dwell_basis,
     evidence_level,
@@ -290,6 +297,7 @@ SELECT
     END AS lost_reason,
     status AS prefill_status,
     holder_at_end,
+    legs,
     coalesce(p_host, p_host_eff) AS p_host, d_host,
     life_start AS first_t, life_end AS last_t,
     p_recv AS prefill_received_t, d_recv AS decode_received_t,

@@ -19,7 +19,7 @@ rq AS MATERIALIZED (
     SELECT bootstrap_room, room, class, prefill_status, holder_at_end, p_host, might_be_stuck, first_t, last_t,
         hole_ids, dwell_s, dwell_basis, abort_race, across_restart, aborted_t, abort_race_outcome, undecided_reason,
         watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t,
-        prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks, d_host
+        prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks, d_host, legs
     FROM requests
 ),
 -- holes of the context before the window count only where they bear on a request judged in it
@@ -623,7 +623,7 @@ reasons AS MATERIALIZED (
 not_completed AS (
     SELECT r.bootstrap_room, r.prefill_rid, r.decode_rid, r.class, r.abort_race, r.across_restart, r.one_sided, r.dwell_s,
         r.dwell_basis, r.evidence_level, r.abort_race_outcome, r.prefill_status, r.undecided_reason, r.lost_reason, r.reason,
-        r.first_t, fl.backpressure
+        r.first_t, fl.backpressure, r.legs
     FROM rq AS r LEFT JOIN fire_load AS fl USING (bootstrap_room)
     WHERE r.class <> 'completed'
 ),
