@@ -311,7 +311,8 @@ def test_pinned_rooms_have_no_terminal_prefill_line(name):
         named = [(ts, m) for ts, m in prefill if f"bootstrap_room={r['bootstrap_room']}" in m]
         assert all(" Receive: obj=" in m for _, m in named), named
         assert named and doc["window"]["until_us"] - named[-1][0] > timeout_us
-    if pins or doc["anonymous_pins"]:
+    # (a prefill hung before its last batch line, then killed, never printed the floor with them)
+    if (pins or doc["anonymous_pins"]) and not name.startswith("prefill_dies"):
         assert floors(name)[-1][1] >= len(pins) + doc["anonymous_pins"]
 
 
@@ -504,17 +505,24 @@ def test_window_starts_between_armed_and_ready():
 
 
 @pytest.mark.parametrize(
-    ("name", "death", "status"),
+    ("name", "death", "status", "held"),
     [
-        ("prefill_dies_no_restart", "] Caught signal 11 (Segmentation fault: address not mapped", "11/SEGV"),
+        (
+            "prefill_dies_no_restart",
+            "] Caught signal 11 (Segmentation fault: address not mapped",
+            "11/SEGV",
+            "lost",
+        ),
+        # held five minutes past their deadline in the hung scheduler before it was killed: stuck
         (
             "prefill_dies_scheduler_watchdog",
             "] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
             "9/KILL",
+            "silent_pin",
         ),
     ],
 )
-def test_prefill_dies_and_does_not_come_back(name, death, status):
+def test_prefill_dies_and_does_not_come_back(name, death, status, held):
     doc = expected(name)
     ours = entries(name)
     t_death = _first_ts(name, death)
@@ -528,7 +536,7 @@ def test_prefill_dies_and_does_not_come_back(name, death, status):
     prefill = unit_lines(name, "prefill")
     assert all(ts <= t_exit for ts, _ in prefill)
     assert doc["window"]["until_us"] - t_exit > 60_000_000  # the decode's lines go on
-    lost = _rooms_of(doc, "lost")
+    lost = _rooms_of(doc, held)
     assert len(lost) == 3
     for room in lost:
         named = [m for _, m in prefill if f"bootstrap_room={room}" in m]

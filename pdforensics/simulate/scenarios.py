@@ -832,7 +832,6 @@ SCENARIOS: dict[str, Scenario] = {
             watchdog_timeout_s=60,
             watchdog_deployed=True,
             duration_s=540.0,
-            reasons_contain=("did not come back",),
             notes="The scheduler watchdog is SGLang's, not the inflight watchdog: it must not count as armed or "
             "fired. The three rooms (received at ~54-58 s) stay in the hung scheduler until the kill at 360 s, "
             "five minutes past their deadline: `silent_pin` (stuck, and the inflight watchdog, which runs in "

@@ -70,58 +70,79 @@ SELECT
     getvariable('pdf_env_unit')::VARCHAR AS env_unit;
 
 -- The window on each host's own clock: --since/--until when given, else the window of the last
--- ingest that stored lines (its own --since/--until, else the span of the lines it stored), so an
--- older incident in the same file is context, not part of today's answer; a database without
--- ingest runs (written by hand) is judged whole. A start given with no end judges up to the end of
+-- ingest that stored lines (its own --since/--until, else the span of the lines it stored) and of
+-- the runs before it that overlap it, so an older incident in the same file is context, not part
+-- of today's answer; a database without ingest runs (written by hand) is judged whole. A start given with no end judges up to the end of
 -- the data, never an inverted window: a window after the data is a window with no line in it.
 -- Context: lines up to `pdf_context_s` before the window (default: 3 x (timeout + grace), at
 -- least 15 min) are read for what they say about the window (requests still open at its start,
 -- incarnations, the gauge); only what lives in the window is judged.
 CREATE OR REPLACE VIEW time_window AS
 WITH runs AS (
-    SELECT ingest_id, since_us, until_us,
-        count(*) OVER () AS n_runs, row_number() OVER (ORDER BY ingest_id DESC) AS k
+    SELECT ingest_id, since_us, until_us, count(*) OVER () AS n_runs
     FROM ingests WHERE stored > 0 OR since_us IS NOT NULL OR until_us IS NOT NULL
 ),
-last_run AS (SELECT * FROM runs WHERE k = 1),
 span AS (
     SELECT min(ts_us) AS lo, max(ts_us) AS hi FROM lines WHERE ts_us IS NOT NULL
 ),
-run_span AS (
+run_lines AS (
     -- only read when there is more than one run to choose from
-    SELECT min(l.ts_us) AS lo, max(l.ts_us) AS hi
-    FROM lines AS l, last_run AS r
-    WHERE r.n_runs > 1 AND l.ingest_id = r.ingest_id AND l.ts_us IS NOT NULL
+    SELECT l.ingest_id, min(l.ts_us) AS lo, max(l.ts_us) AS hi
+    FROM lines AS l
+    WHERE l.ts_us IS NOT NULL AND (SELECT max(n_runs) FROM runs) > 1
+    GROUP BY l.ingest_id
+),
+run_spans AS (
+    SELECT r.ingest_id, coalesce(r.since_us, x.lo) AS lo, coalesce(r.until_us, x.hi) AS hi
+    FROM runs AS r LEFT JOIN run_lines AS x USING (ingest_id)
+    WHERE coalesce(r.since_us, x.lo) IS NOT NULL
+),
+islands AS (
+    -- runs whose spans overlap (within 10 minutes) read one incident: the prefill's file and the
+    -- decode's ingested one after the other are one window, an incident hours earlier is not
+    SELECT *, sum(starts) OVER (ORDER BY lo, ingest_id ROWS UNBOUNDED PRECEDING) AS island
+    FROM (
+        SELECT *, CASE WHEN lo > max(hi) OVER (ORDER BY lo, ingest_id ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                            + 600000000 THEN 1 ELSE 0 END AS starts
+        FROM run_spans
+    )
+),
+last_island AS (
+    SELECT min(lo) AS lo, max(hi) AS hi, min(ingest_id) AS first_run, max(ingest_id) AS last_run,
+        count(*) AS n_runs_in
+    FROM islands
+    WHERE island = (SELECT island FROM islands ORDER BY ingest_id DESC LIMIT 1)
 ),
 chosen AS (
     SELECT
         CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN 'operator'
-             WHEN coalesce(r.n_runs, 0) > 1 THEN 'last ingest'
+             WHEN (SELECT count(*) FROM islands) > (SELECT n_runs_in FROM last_island) THEN 'last ingest'
              ELSE 'data' END AS basis,
-        r.ingest_id AS run_id,
         CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN p.since_us
-             WHEN coalesce(r.n_runs, 0) > 1 THEN coalesce(r.since_us, rs.lo, span.lo)
+             WHEN (SELECT count(*) FROM islands) > (SELECT n_runs_in FROM last_island) THEN (SELECT lo FROM last_island)
              ELSE span.lo END AS start_us,
         CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN p.until_us
-             WHEN coalesce(r.n_runs, 0) > 1 THEN coalesce(r.until_us, rs.hi, span.hi)
+             WHEN (SELECT count(*) FROM islands) > (SELECT n_runs_in FROM last_island) THEN (SELECT hi FROM last_island)
              ELSE span.hi END AS end_us,
-        coalesce(p.since_us IS NOT NULL OR (p.until_us IS NULL AND coalesce(r.n_runs, 0) > 1 AND r.since_us IS NOT NULL), false)
-            AS start_given,
-        coalesce(p.until_us IS NOT NULL OR (p.since_us IS NULL AND coalesce(r.n_runs, 0) > 1 AND r.until_us IS NOT NULL), false)
-            AS end_given,
         span.lo AS data_lo, span.hi AS data_hi
-    FROM params AS p
-    CROSS JOIN span
-    LEFT JOIN last_run AS r ON true
-    LEFT JOIN run_span AS rs ON true
+    FROM params AS p, span
 )
 SELECT
     coalesce(c.start_us, c.data_lo) AS start_us,
     -- never before the start: a start after the data judges an empty window, not an inverted one
     CASE WHEN c.end_us IS NOT NULL THEN c.end_us
          ELSE greatest(c.data_hi, coalesce(c.start_us, c.data_lo)) END AS end_us,
-    c.start_given, c.end_given,
-    c.basis AS window_basis, c.run_id AS window_ingest_id,
+    -- given: true time (an option, or a run's own --since/--until), not the span of the lines
+    p.since_us IS NOT NULL OR (c.basis = 'last ingest'
+        AND (SELECT bool_or(since_us IS NOT NULL) FROM runs WHERE ingest_id IN (SELECT ingest_id FROM islands
+             WHERE island = (SELECT island FROM islands ORDER BY ingest_id DESC LIMIT 1)))) AS start_given,
+    p.until_us IS NOT NULL OR (c.basis = 'last ingest'
+        AND (SELECT bool_or(until_us IS NOT NULL) FROM runs WHERE ingest_id IN (SELECT ingest_id FROM islands
+             WHERE island = (SELECT island FROM islands ORDER BY ingest_id DESC LIMIT 1)))) AS end_given,
+    c.basis AS window_basis,
+    CASE WHEN c.basis = 'last ingest' THEN (SELECT CASE WHEN first_run = last_run THEN last_run::VARCHAR
+                                                      ELSE first_run::VARCHAR || '-' || last_run::VARCHAR END
+                                           FROM last_island) END AS window_runs,
     c.data_lo AS data_start_us, c.data_hi AS data_end_us,
     p.*
 FROM params AS p, chosen AS c;

@@ -262,7 +262,7 @@ st AS MATERIALIZED (
         END AS timeout_source,
         armed.n AS armed_lines, armed.last_us AS armed_at_us, fired.n AS firing_lines,
         w.grace_s, w.start_us, w.end_us, w.start_given, w.end_given, clock.start_t, clock.end_t,
-        clock.ctx_start_t, w.window_basis, w.window_ingest_id, w.data_start_us, w.data_end_us,
+        clock.ctx_start_t, w.window_basis, w.window_runs, w.data_start_us, w.data_end_us,
         (w.suppress_interval_s * 1e6)::BIGINT AS suppress_us,
         w.storm_min_aborts, (w.storm_gap_s * 1e6)::BIGINT AS storm_gap_us
     FROM w, armed, fired, prefill_starts, clock

@@ -97,8 +97,22 @@ held_by_prefill AS MATERIALIZED (
 sampled AS (
     SELECT host, max(t_us) AS last_sample_t FROM ig GROUP BY host
 ),
+pinc AS MATERIALIZED (
+    -- prefill incarnations on the reference clock: a restart empties the queues, so only an empty
+    -- sample of the incarnation holding a request says it left
+    SELECT x.host, x.incarnation, x.start_t, lead(x.start_t) OVER (PARTITION BY x.host ORDER BY x.start_t) AS next_t
+    FROM (SELECT unnest(incarnations, recursive := true) FROM c) AS x
+    WHERE x.engine = 'prefill'
+),
 emptied AS (
-    SELECT host, max(last_empty_t) AS last_empty_t FROM gauge GROUP BY host
+    SELECT h.bootstrap_room, max(g.last_empty_t) AS last_empty_t
+    FROM held_by_prefill AS h
+    JOIN gauge AS g ON g.host = h.host
+    LEFT JOIN pinc AS i ON i.host = h.host AND i.incarnation = g.incarnation
+    -- the incarnation it was received in (the first one, when it was received before any start)
+    WHERE coalesce(i.next_t, 9223372036854775807) > h.open_start
+      AND (i.start_t IS NULL OR i.start_t <= h.open_start OR i.incarnation = 1)
+    GROUP BY h.bootstrap_room
 ),
 drain AS (
     SELECT h.bootstrap_room, d.t_us AS first_drain_t
@@ -126,7 +140,7 @@ timed AS MATERIALIZED (
     LEFT JOIN drain AS d USING (bootstrap_room)
     LEFT JOIN prefill_gone AS g USING (bootstrap_room)
     LEFT JOIN sampled AS sm ON sm.host = h.host
-    LEFT JOIN emptied AS e ON e.host = h.host
+    LEFT JOIN emptied AS e USING (bootstrap_room)
 ),
 hidden_by AS (
     -- holes on its prefill (not its stop: that is `gone`) within its hold:
@@ -310,7 +324,7 @@ SELECT
     least(p_boot_failed, p_xfer_failed, d_hs_failed, d_xfer_failed) AS failed_t,
     least(p_abort_at, d_abort_at, p_abort_req_at) AS aborted_t,
     -- SGLang's own timeout ended it: the reason says which (bootstrap, waiting, MORI's SLA, ...)
-    CASE WHEN class = 'transfer_failed' AND upstream_timeout IS NOT NULL
+    CASE WHEN upstream_timeout IS NOT NULL
          THEN 'upstream_timeout (' || upstream_timeout || '): ' || coalesce(p_reason, d_reason, '')
          ELSE coalesce(p_reason, d_reason) END AS reason,
     upstream_timeout,

@@ -19,7 +19,8 @@ rq AS MATERIALIZED (
     SELECT bootstrap_room, room, class, prefill_status, holder_at_end, p_host, might_be_stuck, first_t, last_t,
         hole_ids, dwell_s, dwell_basis, abort_race, across_restart, aborted_t, abort_race_outcome, undecided_reason,
         watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t,
-        prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks, d_host, legs
+        prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks, d_host, legs,
+        decode_end_t
     FROM requests
 ),
 -- holes of the context before the window count only where they bear on a request judged in it
@@ -416,6 +417,25 @@ recovery AS (
                 ELSE 'undetermined' END AS recovery
     FROM recovery_rows
 ),
+-- ------------------------------------------------------------------ stuck outside the watchdog
+-- A frozen queue (context: the same non-zero value past timeout + grace) the requests already
+-- judged stuck do not account for: the decode still holds a request the prefill's watchdog
+-- released (NIXL does not tell the decode) or that is a silent pin already. What is left over is
+-- stuck where the inflight watchdog cannot see it.
+frozen_rows AS MATERIALIZED (
+    SELECT f.*, coalesce(x.n, 0) AS explained
+    FROM (SELECT unnest(frozen_queues, recursive := true) FROM c) AS f
+    LEFT JOIN LATERAL (
+        SELECT count(*) AS n FROM rq AS r
+        WHERE r.class IN ('watchdog_fired', 'silent_pin', 'undecided') AND r.first_t <= f.to_t
+          AND CASE WHEN f.engine = 'decode'
+                   THEN coalesce(r.d_host, f.host) = f.host AND coalesce(r.decode_end_t >= f.from_t, true)
+                   ELSE r.p_host = f.host AND coalesce(r.prefill_end_t >= f.from_t, true) END
+    ) AS x ON true
+),
+stuck_rows AS MATERIALIZED (
+    SELECT * EXCLUDE (explained) FROM frozen_rows WHERE value > explained
+),
 -- ------------------------------------------------------------------------------- window
 -- Prefills whose inflight queue the window never showed: no #inflight-req sample and no request
 -- line (a decode-only export, a non-PD log, a prefill that only started); and a window with no
@@ -489,8 +509,7 @@ reasons AS MATERIALIZED (
             CASE WHEN dp_rank >= 0 THEN format(' DP{}', dp_rank) WHEN tp_rank >= 0 THEN format(' TP{}', tp_rank) ELSE '' END,
             CASE queue WHEN 'waiting' THEN 'queue' ELSE queue END, value, pdf_ts(from_t), pdf_ts(to_t),
             (to_t - from_t) / 1e6, samples)
-    FROM (SELECT DISTINCT ON (host, engine, queue, dp_rank, from_t // 1000000) *
-          FROM (SELECT unnest(frozen_queues, recursive := true) FROM c))
+    FROM (SELECT DISTINCT ON (host, engine, queue, dp_rank, from_t // 1000000) * FROM stuck_rows)
     UNION ALL
     SELECT 12, 'gauge',
         format('{}: the #inflight-req floor stayed at {} from {} to the last batch line at {}, but at a batch line in that stretch the requests the request log names as possibly held were as many as the floor: no anonymous pin is proven (the gauge alone would allow up to {})',
@@ -664,7 +683,7 @@ clean AS (
 window_reason AS (
     SELECT 3 AS ord, 'window' AS kind,
         format('window {} to {}: the last ingest''s (run {}); older lines are context only (pass --since/--until to judge another window)',
-            pdf_ts(c.start_t), pdf_ts(c.end_t), c.window_ingest_id) AS reason
+            pdf_ts(c.start_t), pdf_ts(c.end_t), c.window_runs) AS reason
     FROM c WHERE c.window_basis = 'last ingest'
 ),
 -- The reason that decided comes first, then the evidence and its caveats.
@@ -696,6 +715,6 @@ SELECT
         AS not_completed,
     c.window_basis, c.observed,
     (SELECT recovery FROM recovery) AS recovery,
-    c.frozen_queues,
+    (SELECT list(x ORDER BY x.from_t, x.host, x.queue) FROM stuck_rows AS x) AS frozen_queues,
     (SELECT list(x ORDER BY x.first_fire_t) FROM recovery_rows AS x) AS recovery_rows
 FROM c, counts, flags AS f, vd;
