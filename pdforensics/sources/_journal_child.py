@@ -19,6 +19,7 @@ Messages (child -> parent): kind (1 byte), unit index (u32), payload length (u64
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import mmap
@@ -100,8 +101,15 @@ class IsolatedReader:
                 if not todo:
                     return
                 rc, err = yield from self._run_child(todo, specs, state, counter.name)
-                if rc != 0 and not self.stopped():
+                if self.stopped():
+                    return
+                if rc != 0:
                     yield from self._after_death(rc, err, specs, state, counter.name)
+                    continue
+                for i in todo:  # a clean exit reports every unit done; never read one again
+                    if not state[i].done:
+                        state[i].done = True
+                        yield Event(ERROR, i, text=f"journal reader ended early{': ' + err if err else ''}")
 
     def _run_child(
         self, todo: list[int], specs: list[Unit], state: list[_State], counter: str
@@ -115,17 +123,22 @@ class IsolatedReader:
             "counter": counter,
         }
         with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                [sys.executable, os.path.abspath(__file__)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                start_new_session=True,  # Ctrl-C and SIGTERM reach us only; we stop the child
-            )  # fmt: skip
-            assert proc.stdin is not None and proc.stdout is not None
             try:
-                proc.stdin.write(json.dumps(request).encode())
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
+                proc: subprocess.Popen[bytes] | _InProcess = subprocess.Popen(
+                    [sys.executable, os.path.abspath(__file__)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                    start_new_session=True,  # Ctrl-C and SIGTERM reach us only; we stop the child
+                )  # fmt: skip
+            except OSError:  # this Python cannot be started again (not executable for this user)
+                proc = _InProcess(request)
+            if isinstance(proc, subprocess.Popen):
+                assert proc.stdin is not None
+                try:
+                    proc.stdin.write(json.dumps(request).encode())
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
+            assert proc.stdout is not None
             try:
                 yield from self._relay(proc.stdout, state)
             finally:
@@ -178,6 +191,40 @@ class IsolatedReader:
         yield Event(ERROR, unit, text=f"journal reader died ({detail}); the rest of this file is unreadable")
 
 
+class _InProcess:
+    """The child's work in a thread of this process, for when no child can be started: the same
+    messages, without the protection (an abort then ends this process)."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        import threading
+
+        r, w = os.pipe()
+        self.stdout: IO[bytes] | None = os.fdopen(r, "rb")
+        self._out = os.fdopen(w, "wb")
+        self._thread = threading.Thread(target=self._run, args=(request,), daemon=True)
+        self._thread.start()
+
+    def _run(self, request: dict[str, Any]) -> None:
+        try:
+            serve(request, self._out)
+        except BrokenPipeError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                self._out.close()
+
+    def poll(self) -> int | None:
+        return None if self._thread.is_alive() else 0
+
+    def kill(self) -> None:
+        if self.stdout is not None:
+            self.stdout.close()  # the thread's next write fails and it ends
+
+    def wait(self) -> int:
+        self._thread.join()
+        return 0
+
+
 def _death(rc: int) -> str:
     if rc < 0:
         try:
@@ -214,8 +261,8 @@ def read_entries(
 
     Hot loop: locals only, unrolled per field, one `_get_all` dict per entry, nothing else.
     (Pausing the GC looked ~12% faster in isolation but was not faster inside the reader; dropped.)
-    A read error (a damaged file) ends the block with the entries read before it. An entry whose
-    field names are not UTF-8 (python-systemd's `_get_all` raises) is read field by field.
+    A read error while walking (a damaged file) ends the block with the entries read before it. An
+    entry `_get_all` refuses (a field name not UTF-8, a field without '=') is read field by field.
     `progress[DONE_IN_BLOCK]` counts the entries of this block read so far.
     """
     (k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14) = fields
@@ -229,35 +276,31 @@ def read_entries(
     error: OSError | None = None
     try:
         while more and len(cursors) < limit:
-            try:
-                for _ in range(min(until_check, limit - len(cursors))):
-                    if not nx():
-                        more = False
-                        break
+            for _ in range(min(until_check, limit - len(cursors))):
+                if not nx():
+                    more = False
+                    break
+                try:
                     g = get_all().get
-                    ac(get_cursor())
-                    a0(g(k0))
-                    a1(g(k1))
-                    a2(g(k2))
-                    a3(g(k3))
-                    a4(g(k4))
-                    a5(g(k5))
-                    a6(g(k6))
-                    a7(g(k7))
-                    a8(g(k8))
-                    a9(g(k9))
-                    a10(g(k10))
-                    a11(g(k11))
-                    a12(g(k12))
-                    a13(g(k13))
-                    a14(g(k14))
-                    pv[1] += 1
-            except ValueError:  # UnicodeDecodeError from _get_all, before the entry's appends
+                except (ValueError, OSError):  # a field name not UTF-8, a field without '=': one by one
+                    g = {name: _field(j, name) for name in fields}.get
                 ac(get_cursor())
-                for name, col in zip(fields, cols, strict=True):
-                    col.append(_field(j, name))
+                a0(g(k0))
+                a1(g(k1))
+                a2(g(k2))
+                a3(g(k3))
+                a4(g(k4))
+                a5(g(k5))
+                a6(g(k6))
+                a7(g(k7))
+                a8(g(k8))
+                a9(g(k9))
+                a10(g(k10))
+                a11(g(k11))
+                a12(g(k12))
+                a13(g(k13))
+                a14(g(k14))
                 pv[1] += 1
-                continue
             if more and until_us is not None and cursors and get_rt() >= until_us:
                 more = False
     except OSError as e:  # raised by _next/_get_all/_get_cursor, before an entry's appends
@@ -322,7 +365,6 @@ def _start(j: Any, unit: dict[str, Any]) -> bool:
 
 def _read_unit(out: IO[bytes], unit: dict[str, Any], request: dict[str, Any], pv: memoryview) -> None:
     i = unit["index"]
-    fields = tuple(request["fields"])
     pv[UNIT], pv[DONE_IN_BLOCK], pv[PHASE] = i, 0, PHASE_OPEN
     try:
         j = _open(unit["files"])
@@ -330,49 +372,63 @@ def _read_unit(out: IO[bytes], unit: dict[str, Any], request: dict[str, Any], pv
         _send(out, OPEN_FAILED, i, f"{e.errno or 0} {e.strerror or e}".encode())
         return
     try:
-        try:
-            resumed = _start(j, unit)
-        except OSError as e:
-            _send(out, ERROR, i, f"journal reader cannot start: {e.strerror or e}".encode())
-            return
-        _send(out, RESUMED, i, b"1" if resumed else b"0")
-        skip_at: int | None = unit["skip_at"]
-        more = True
-        while more:
-            if skip_at == 0:
-                pv[PHASE] = PHASE_STEP
-                if not j._next():
-                    break
-                _send(out, SKIPPED, i, j._get_cursor().encode())
-                skip_at = None
-            pv[PHASE] = PHASE_READ
-            limit = request["block"] if skip_at is None else min(request["block"], skip_at)
-            cursors, cols, more, error = read_entries(
-                j, fields, limit, request["until_us"], request["until_check"], pv
-            )
-            if cursors:
-                _send(out, BLOCK, i, marshal.dumps((cursors, cols)))
-            pv[DONE_IN_BLOCK] = 0
-            if skip_at is not None:
-                skip_at -= len(cursors)
-            if error is not None:
-                _send(out, ERROR, i, f"journal read stopped early: {error.strerror or error}".encode())
-                return
+        _read_open(out, j, unit, request, pv)
     finally:
         j.close()
     _send(out, DONE, i, b"")
 
 
-def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when reading stops
-    request = json.loads(sys.stdin.buffer.read())
-    out = sys.stdout.buffer
+def _read_open(out: IO[bytes], j: Any, unit: dict[str, Any], request: dict[str, Any], pv: memoryview) -> None:
+    i = unit["index"]
+    fields = tuple(request["fields"])
+    try:
+        resumed = _start(j, unit)
+    except OSError as e:
+        _send(out, ERROR, i, f"journal reader cannot start: {e.strerror or e}".encode())
+        return
+    _send(out, RESUMED, i, b"1" if resumed else b"0")
+    skip_at: int | None = unit["skip_at"]
+    more = True
+    while more:
+        if skip_at == 0:
+            pv[PHASE] = PHASE_STEP
+            if not j._next():
+                break
+            _send(out, SKIPPED, i, j._get_cursor().encode())
+            skip_at = None
+        pv[PHASE] = PHASE_READ
+        limit = request["block"] if skip_at is None else min(request["block"], skip_at)
+        cursors, cols, more, error = read_entries(
+            j, fields, limit, request["until_us"], request["until_check"], pv
+        )
+        if cursors:
+            _send(out, BLOCK, i, marshal.dumps((cursors, cols)))
+        pv[DONE_IN_BLOCK] = 0
+        if skip_at is not None:
+            skip_at -= len(cursors)
+        if error is not None:
+            _send(out, ERROR, i, f"journal read stopped early: {error.strerror or error}".encode())
+            return
+
+
+def serve(request: dict[str, Any], out: IO[bytes]) -> None:
+    """Read the request's units, sending their messages to `out`."""
     with open(request["counter"], "r+b") as f:
         mm = mmap.mmap(f.fileno(), 32)
     pv = memoryview(mm).cast("q")
     try:
         for unit in request["units"]:
             _read_unit(out, unit, request, pv)
+    finally:
+        pv.release()
+        mm.close()
+
+
+def main() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the parent decides when reading stops
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        serve(json.loads(sys.stdin.buffer.read()), sys.stdout.buffer)
     except BrokenPipeError:  # the parent stopped reading: nothing to say
         os._exit(0)
 
