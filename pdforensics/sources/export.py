@@ -235,7 +235,14 @@ class ExportParser:
             )
             starts, kv = starts.head(-1), kv.filter(c("eid") != eid)
         if bare.height:
-            damaged = bare.group_by("eid", maintain_order=True).agg(c("line").first())
+            # (In an entry already rejected as cut at the end of input, it is just a line without '='.)
+            for off, line in bare.join(starts, on="eid", how="anti").select("off", "line").iter_rows():
+                rejects.append((self.source, f"byte {off}", "export line without '='", escape_sample(line)))
+            damaged = (
+                bare.join(starts.select("eid"), on="eid")
+                .group_by("eid", maintain_order=True)
+                .agg(c("line").first())
+            )
             bad_starts = starts.join(damaged, on="eid", maintain_order="left")
             for _, off, name in bad_starts.select("eid", "_off", "line").iter_rows():
                 reason = f"binary field {name} has an impossible length (no NUL in its length bytes)"
