@@ -35,7 +35,7 @@ import polars as pl
 from pdforensics.errors import SourceError
 from pdforensics.sources import JOURNAL_MARK, RecordBatch, Selection
 from pdforensics.sources import _journal_child as child
-from pdforensics.sources._common import JOURNAL_MAGIC, in_background, rejects_frame, split_batch
+from pdforensics.sources._common import JOURNAL_MAGIC, escape_expr, in_background, rejects_frame, split_batch
 from pdforensics.sources._journal_child import IsolatedReader, Unit
 from pdforensics.sources._records import ENTRY_FIELDS, journal_records
 from pdforensics.sources.export import ExportParser, export_batches
@@ -284,6 +284,7 @@ class JournalSource:
         file_ids = ",".join(self._file_ids(headers)) if key else ""
         units, requests = self._start_points(units, selection)
         first = self.resume_cursor is not None
+        last_seq: dict[int, int] = {}  # per unit: the greatest seqnum read
         block = min(batch_size, BLOCK_ENTRIES)
         reader = IsolatedReader(
             requests, ENTRY_FIELDS, selection.window.until_us, block, _UNTIL_CHECK, stopped
@@ -308,13 +309,19 @@ class JournalSource:
                 problems.append((self.label, where, ev.text, ""))
             elif ev.kind == child.BLOCK and ev.block is not None and ev.block[0]:
                 raw = _raw_frame(*ev.block)
-                batch = journal_records(raw, selection, source=self.label)
                 seen[unit.path] = seen.get(unit.path, 0) + raw.height
-                last = raw["__CURSOR"][-1]
+                last, head = raw["__CURSOR"][-1], raw["__CURSOR"][0]
+                repeated = rejects_frame([])
+                if unit.copy is not None:  # one file: seqnum order (the local journal mixes seqnum ids)
+                    raw, repeated, last_seq[ev.unit] = _repeated_seqnums(
+                        raw, last_seq.get(ev.unit, 0), self.label
+                    )
+                batch = journal_records(raw, selection, source=self.label)
+                if repeated.height:
+                    batch.rejects = pl.concat([repeated, batch.rejects])
                 if key:
                     batch.marks = {key: (_cursor_seqnum(last), f"{last} {file_ids}")}
                 if first:  # the stored entries before the first one re-read are counted by ingest
-                    head = raw["__CURSOR"][0]
                     batch.known_before = (_cursor_field(head, "s"), _cursor_seqnum(head))
                     first = False
                 yield from split_batch(batch, batch_size)
@@ -420,6 +427,28 @@ class JournalSource:
 
 
 _NO_PERMISSION = ("1", "13")  # EPERM, EACCES
+
+
+def _repeated_seqnums(raw: pl.DataFrame, before: int, label: str) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Entries of one file whose seqnum does not exceed an earlier one's: (the others, their rejects,
+    the greatest seqnum so far). One file's entries come in seqnum order; a repeat is damage (a bit
+    flipped in a seqnum), not the same entry, and would otherwise pass for a duplicate."""
+    seq = pl.col("__CURSOR").str.extract(r"(?:^|;)i=([0-9a-f]+)").str.to_integer(base=16, strict=False)
+    marked = raw.with_columns(_seq=seq).with_columns(
+        _bad=pl.col("_seq")
+        <= pl.max_horizontal(pl.col("_seq").cum_max().shift(1), pl.lit(before)).fill_null(before)
+    )
+    top = max(before, marked["_seq"].max() or 0)  # type: ignore[type-var]
+    bad = marked.filter(pl.col("_bad"))
+    if not bad.height:
+        return raw, rejects_frame([]), top
+    rejects = bad.select(
+        source=pl.lit(label),
+        position=pl.col("__CURSOR"),
+        reason=pl.format("journal entry repeats seqnum {} of an earlier one (damaged file)", pl.col("_seq")),
+        sample=escape_expr(pl.col("MESSAGE").fill_null("").str.slice(0, 200)),
+    )
+    return marked.filter(~pl.col("_bad")).drop("_seq", "_bad"), rejects, top
 
 
 def _signal_name(sig: int) -> str:
