@@ -218,10 +218,7 @@ class ExportParser:
         # its entry is damaged, and rejected whole.
         stray = lines.filter(c("line").is_not_null() & ~c("line").str.contains("=", literal=True))
         bare = stray.filter(c("line").str.contains(r"^[A-Za-z0-9_]+$"))
-        for off, line in (
-            stray.filter(~c("line").str.contains(r"^[A-Za-z0-9_]+$")).select("off", "line").iter_rows()
-        ):
-            rejects.append((self.source, f"byte {off}", "export line without '='", escape_sample(line)))
+        damaged = pl.DataFrame(schema={"eid": pl.UInt32(), "line": pl.String()})
         kv = lines.filter(c("line").str.contains(_WANTED_LINE)).with_columns(
             eq=c("line").str.find("=", literal=True)
         )
@@ -248,6 +245,11 @@ class ExportParser:
                 reason = f"binary field {name} has an impossible length (no NUL in its length bytes)"
                 rejects.append((self.source, f"byte {off}", reason, escape_sample(name)))
             starts = starts.join(damaged, on="eid", how="anti", maintain_order="left")
+        # Other lines without '=' (those of a damaged entry went with it: its value's bytes).
+        others = stray.filter(~c("line").str.contains(r"^[A-Za-z0-9_]+$"))
+        others = others.join(damaged.select(c("eid").cast(others["eid"].dtype)), on="eid", how="anti")
+        for off, line in others.select("off", "line").iter_rows():
+            rejects.append((self.source, f"byte {off}", "export line without '='", escape_sample(line)))
         # MESSAGE values of one entry are joined, other repeated fields keep the last (see _records).
         wide = starts.join(
             kv.filter(c("key") == "MESSAGE").group_by("eid").agg(MESSAGE=c("val").str.join("\n")),
