@@ -122,6 +122,8 @@ class IsolatedReader:
             "until_check": self.until_check,
             "counter": counter,
         }
+        with open(counter, "r+b") as f:  # a child that dies before its first unit left no stale state
+            f.write(struct.pack("<qqqq", todo[0], 0, PHASE_OPEN, 0))
         with tempfile.TemporaryFile() as err:
             try:
                 proc: subprocess.Popen[bytes] | _InProcess = subprocess.Popen(
@@ -176,9 +178,15 @@ class IsolatedReader:
         s = state[unit]
         s.aborts += 1
         detail = f"{_death(rc)}{': ' + err if err else ''}"
+        base = specs[unit]
+        if phase == PHASE_OPEN and not base.after and (base.since_us is not None or base.cursor):
+            # Seeking (a bisection of the entry arrays) can abort where walking does not: read the
+            # file from its start instead (the window is applied to every record anyway).
+            specs[unit] = Unit(base.files)
+            return
         if phase == PHASE_READ and not s.lost and s.aborts <= MAX_ABORTS:
             # The entry after the `done_in_block` read ones killed it: the next child steps over it.
-            base, after = specs[unit], s.last_cursor
+            after = s.last_cursor
             if after:
                 specs[unit] = Unit(base.files, after=after, skip_at=done_in_block)
             else:
