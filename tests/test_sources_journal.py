@@ -151,7 +151,7 @@ def test_readers_identical_on_a_larger_journal_with_small_batches(make_journal) 
 
 
 def test_entry_fields_order_matches_unrolled_loop() -> None:
-    # _read_block unpacks ENTRY_FIELDS into 15 names: a changed field list must fail loudly here.
+    # _journal_child.read_entries unpacks ENTRY_FIELDS into 15 names: a changed field list must fail loudly here.
     assert len(ENTRY_FIELDS) == 15
     assert set(ENTRY_FIELDS) == {f for f in FIELDS if not f.startswith("__")}
 

@@ -3,12 +3,15 @@
 Primary reader: python-systemd's low-level `_Reader`. `_get_all()` gives raw fields, the cursor
 gives the dedup key (`s=`, `i=`) and the exact receive time (`t=`, hex µs, equal to
 __REALTIME_TIMESTAMP), so each entry costs one `_next`, one `_get_all` and one `_get_cursor`
-call. The per-entry loop only copies fields into column lists; decoding, attribution and
-selection are vectorised in polars (_records). Reading runs in a background thread feeding a
-bounded queue, so it overlaps with the consumer's work on the previous batch.
+call. The per-entry loop (`_journal_child.read_entries`) only copies fields into column lists, in
+a child process, so that a file libsystemd aborts on costs one entry or that file, never the run
+(see _journal_child); decoding, attribution and selection are vectorised in polars (_records).
+Files are read one at a time, in seqnum order. The child's blocks are handed on by a background
+thread feeding a bounded queue, so reading overlaps with the consumer's work on the previous batch.
 
 Fallback (python-systemd not importable, or `force_journalctl=True`): `journalctl --all --utc
--o export`, streamed through the export parser. Both readers yield identical records.
+-o export`, one run per file, streamed through the export parser. Both readers yield identical
+records.
 
 The window is applied by seeking to its start and stopping at its end (as journalctl does), then
 exactly, per record. Unit globs select in polars over all entries read (see _records).
