@@ -1,7 +1,8 @@
 """What the record readers must do with any bytes at all: the check the fuzzers run.
 
 `check(data)` writes `data` to a file and reads it with one reader (chosen by the first byte),
-at a chunk size chosen by the second byte, then asserts the readers' contract:
+at a chunk size chosen by the second byte, then asserts the readers' contract (for the journal
+reader, `data` says how to damage a real `.journal` file made from the fixtures: see `damage`):
 
 * nothing but `SourceError` (a one-line message for the user) ever escapes;
 * records and rejects have exactly the schema's columns and types;
@@ -9,14 +10,20 @@ at a chunk size chosen by the second byte, then asserts the readers' contract:
   records share `(source_key, seq)`;
 * nothing is lost: every line of a plain log is a record or a reject, every non-blank line of
   a JSON file is a record or a reject;
-* the chunk size never changes what is read (a chunk boundary is not evidence).
+* the chunk size never changes what is read (a chunk boundary is not evidence);
+* a damaged journal file never takes the process down (libsystemd may abort: the reader runs
+  in a child), and yields at least the entries `journalctl --file` prints.
 
 Used by `fuzz/fuzz_readers.py` (atheris, coverage-guided) and `tests/test_fuzz.py` (hypothesis).
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
+import shutil
+import struct
+import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -28,12 +35,15 @@ from pdforensics.schema import RECORD_SCHEMA, REJECT_SCHEMA
 from pdforensics.sources import RecordBatch, Selection, Source, _common
 from pdforensics.sources.detect import open_file_source
 from pdforensics.sources.export import ExportFileSource
+from pdforensics.sources.journal import JournalSource, python_systemd_available
 from pdforensics.sources.jsonlines import JsonLinesSource
 from pdforensics.sources.plain import PlainFileSource
 
 ALL = Selection(units=("*",))
 CHUNKS = (1, 7, 64, 4096, 1 << 16)
-READERS = ("detect", "export", "json", "plain", "gzip", "gzip-cut")
+READERS = ("detect", "export", "json", "plain", "gzip", "gzip-cut", "journal")
+JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def _make(reader: str, path: Path, chunk: int) -> Source:
@@ -84,6 +94,9 @@ def check_reader(reader: str, chunk: int, content: bytes, folder: Path) -> None:
 
 
 def _check_reader(reader: str, chunk: int, content: bytes, folder: Path) -> None:
+    if reader == "journal":
+        check_journal(content, folder)
+        return
     path = folder / "input"
     if reader == "gzip":
         path.write_bytes(gzip.compress(content, 1))
@@ -135,6 +148,69 @@ def _check_reader(reader: str, chunk: int, content: bytes, folder: Path) -> None
         assert whole[0].records.equals(recs), "the chunk size changed the records read"
 
 
+@functools.cache
+def base_journal() -> bytes | None:
+    """A small real journal file (journal-remote, fields over 512 bytes compressed), or None."""
+    if not JOURNAL_REMOTE.exists() or not python_systemd_available() or shutil.which("journalctl") is None:
+        return None
+    entries = (FIXTURES / "healthy" / "journal.export").read_bytes().split(b"\n\n")[:40]
+    for i in range(0, len(entries), 3):  # long enough for journal-remote to compress
+        entries[i] = entries[i].replace(b"\nMESSAGE=", b"\nMESSAGE=" + b"long %d " % i * 100, 1)
+    with tempfile.TemporaryDirectory(prefix="pdforensics-fuzz-journal-") as d:
+        out = Path(d) / "base.journal"
+        subprocess.run([str(JOURNAL_REMOTE), "-o", str(out), "-"], input=b"\n\n".join(entries) + b"\n\n",
+                       check=True, capture_output=True)  # fmt: skip
+        return out.read_bytes()
+
+
+def damage(base: bytes, spec: bytes) -> bytes:
+    """`base` damaged as `spec` says: byte 0 < 64 cuts the file at byte 1's fraction of its length;
+    then each 3 bytes XOR byte 2 into the object area at the fraction bytes 0-1 give (a 4th of them
+    land in the header instead)."""
+    data = bytearray(base)
+    (header_size,) = struct.unpack_from("<Q", base, 88)
+    (tail,) = struct.unpack_from("<Q", base, 136)
+    end = min(tail + 4096, len(data))
+    for i in range(2 if spec[:1] and spec[0] < 64 else 0, len(spec) - 2, 3):
+        frac, xor = int.from_bytes(spec[i : i + 2], "little"), spec[i + 2]
+        if frac % 4 == 0:
+            at = frac * header_size // 65536
+        else:
+            at = header_size + frac * (end - header_size) // 65536
+        data[at] ^= xor or 1
+    if len(spec) >= 2 and spec[0] < 64:
+        data = data[: max(spec[1] * len(data) // 256, 1)]
+    return bytes(data)
+
+
+def journalctl_entries(path: Path) -> int:
+    proc = subprocess.run(["journalctl", "--file", str(path), "-o", "export", "--all"], capture_output=True,
+                          timeout=60)  # fmt: skip
+    text = b"\n" + proc.stdout
+    return text.count(b"\n\n__CURSOR=") + text.startswith(b"\n__CURSOR=")
+
+
+def check_journal(spec: bytes, folder: Path) -> None:
+    """The journal-file reader on a damaged real journal file (see `damage`)."""
+    base = base_journal()
+    if base is None:
+        return
+    path = folder / "damaged.journal"
+    path.write_bytes(damage(base, spec))
+    got = _read(lambda: JournalSource("files", [path]))
+    expected = journalctl_entries(path)
+    if got is None:  # refused with one line: only when journalctl reads nothing either
+        assert expected == 0, f"refused, but journalctl reads {expected} entries"
+        return
+    recs, rejects = got[0].records, got[0].rejects
+    assert recs.select("source_key", "seq").is_unique().all(), "two records share (source_key, seq)"
+    for col in ("source_key", "seq", "ts_us"):
+        assert recs[col].null_count() == 0, f"a journal record without {col}"
+    # An entry whose seqnum a flip made equal to another's is a counted reject, not a duplicate.
+    repeats = rejects.filter(pl.col("reason").str.contains("repeats seqnum")).height
+    assert recs.height + repeats >= expected, (recs.height, repeats, expected, rejects["reason"].to_list())
+
+
 def check(data: bytes) -> None:
     """The fuzz entry: byte 0 picks the reader, byte 1 the chunk size, the rest is the file."""
     if len(data) < 2:
@@ -152,4 +228,7 @@ def seed_inputs(fixtures: Path, size: int = 1500) -> list[bytes]:
     for name in ("journal.export", "journal.json"):
         heads.append((scenario / name).read_bytes()[:size])
     heads += [p.read_bytes()[:size] for p in sorted((scenario / "plain").glob("*.log"))[:1]]
-    return [bytes([r, c]) + head for head in heads for r in range(len(READERS)) for c in (1, 3)]
+    seeds = [bytes([r, c]) + head for head in heads for r in range(len(READERS) - 1) for c in (1, 3)]
+    journal = READERS.index("journal")
+    damages = [b"", b"\x10\x80", b"\x01\x40\xff", bytes(range(100, 160)), b"\xff\x20" * 12]
+    return seeds + [bytes([journal, 0]) + d for d in damages]

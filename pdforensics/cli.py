@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from pdforensics.errors import PdfError, UsageError, is_interrupt
+from pdforensics.errors import PdfError, UsageError, install_stop_signals, interrupt_exit_code, is_interrupt
 
 app = typer.Typer(
     name="pdforensics",
@@ -384,6 +384,7 @@ def _quiet_unraisable(info: sys.UnraisableHookArgs) -> None:
 def main() -> None:
     if not os.environ.get("PDFORENSICS_DEBUG"):
         sys.unraisablehook = _quiet_unraisable
+    install_stop_signals()  # SIGTERM, SIGHUP: the same orderly stop as Ctrl-C (exit 143, 129)
     try:
         app()
     except PdfError as exc:
@@ -391,15 +392,16 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         _err(INTERRUPTED)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(interrupt_exit_code())
     except SystemExit as exc:
         if exc.code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a silent exit 130: say what was kept
             _err(INTERRUPTED)
+            sys.exit(interrupt_exit_code())
         raise
     except Exception as exc:  # never a traceback for the user; PDFORENSICS_DEBUG=1 shows it
         if is_interrupt(exc):
             _err(INTERRUPTED)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(interrupt_exit_code())
         if os.environ.get("PDFORENSICS_DEBUG"):
             raise
         first = (str(exc).strip().splitlines() or [""])[0]

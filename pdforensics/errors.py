@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 
@@ -29,9 +30,44 @@ class DatabaseError(PdfError):
     exit_code = 4
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM (`systemctl stop`) or SIGHUP (the terminal went away): stopped as Ctrl-C stops,
+    so every `except KeyboardInterrupt` path (committed batches kept, run marked interrupted) holds."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+stop_signal: int | None = None  # the stop signal received, if any (exit status 128 + it)
+
+
+def _on_stop_signal(signum: int, frame: object) -> None:
+    global stop_signal
+    if stop_signal is not None:
+        return  # already stopping: a second signal must not break the orderly stop
+    stop_signal = signum
+    raise Stopped(signum)
+
+
+def install_stop_signals() -> None:
+    """SIGTERM and SIGHUP raise Stopped in the main thread (call from it)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _on_stop_signal)
+
+
+def interrupt_exit_code() -> int:
+    """130 after Ctrl-C; 128 + the signal after SIGTERM (143) or SIGHUP (129)."""
+    return 128 + (stop_signal if stop_signal is not None else signal.SIGINT)
+
+
 def is_interrupt(exc: BaseException) -> bool:
     """Ctrl-C seen inside a DuckDB call: duckdb.InterruptException, RuntimeError("Query interrupted"),
-    or a scan of a registered frame that "failed: KeyboardInterrupt"."""
+    or a scan of a registered frame that "failed: KeyboardInterrupt"; or anything after a stop signal
+    (its Stopped surfaces in DuckDB as one of those, or as another error of the call it cut short)."""
+    if stop_signal is not None:
+        return True
     duckdb = sys.modules.get("duckdb")  # never imported here: the CLI's --help must stay instant
     if duckdb is not None and isinstance(exc, duckdb.InterruptException):
         return True

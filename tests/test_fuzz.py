@@ -307,6 +307,24 @@ def test_readers_store_or_count_anything(reader: str, chunk: int, content: bytes
         readers.check_reader(reader, chunk, content, Path(folder))
 
 
+@props(40)
+@given(
+    st.one_of(
+        st.binary(max_size=90),
+        st.lists(st.tuples(st.integers(0, 65535), st.integers(1, 255)), max_size=30).map(
+            lambda xs: b"".join(f.to_bytes(2, "little") + bytes([x]) for f, x in xs)
+        ),
+    )
+)
+def test_journal_file_reader_survives_any_damage(spec: bytes) -> None:
+    """A real .journal file, truncated and XOR-damaged as `spec` says (fuzz/readers.py: damage):
+    the reader never takes the process down and reads at least what journalctl reads."""
+    if readers.base_journal() is None:
+        pytest.skip("systemd-journal-remote, journalctl or python-systemd missing")
+    with tempfile.TemporaryDirectory(prefix="pdf-fuzz-") as folder:
+        readers.check_journal(spec, Path(folder))
+
+
 def test_reader_fuzz_seed_inputs_pass() -> None:
     seeds = readers.seed_inputs(REPO / "fixtures")
     assert len(seeds) >= 30

@@ -338,14 +338,13 @@ def _count_journal_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     from pdforensics.sources import journal
 
     reads: list[int] = []
-    real = journal._read_block
+    real = journal._raw_frame  # each block the reader (a child process) sends
 
-    def counting(j, limit, until_us):  # type: ignore[no-untyped-def]
-        raw, more, error = real(j, limit, until_us)
-        reads.append(raw.height)
-        return raw, more, error
+    def counting(cursors, cols):  # type: ignore[no-untyped-def]
+        reads.append(len(cursors))
+        return real(cursors, cols)
 
-    monkeypatch.setattr(journal, "_read_block", counting)
+    monkeypatch.setattr(journal, "_raw_frame", counting)
     return reads
 
 

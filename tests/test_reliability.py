@@ -544,7 +544,7 @@ def hostile_files(d: Path) -> dict[str, tuple[Path, int, int]]:
         b'{"__CURSOR": "s=bad;i=5", "MESSAGE": "trunc\n',  # a line cut short
         json_entry(6, "after", sid="bad"),
     ])  # fmt: skip
-    put("bad-timestamps-and-truncated.json", bad_ts, 3, 3)  # "negative" is stored: years off, as logged
+    put("bad-timestamps-and-truncated.json", bad_ts, 2, 4)  # -5 is not a time (issue 15): rejected
     export = (
         export_entry(1, b"fine")
         + export_entry(2, b"late", b"999999999999999999999")
@@ -612,8 +612,9 @@ def test_hostile_files_through_the_cli_never_traceback(
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     summary = next(line for line in proc.stdout.splitlines() if line.startswith("read "))
-    # outside the window: the plain lines of 1970, 2099, 1999 and 9999, and the JSON entry at -5 µs
-    assert "already stored 0, outside selection 5," in summary
+    # outside the window: the plain lines of 1970, 2099, 1999 and 9999 (the JSON entry at -5 µs has
+    # no valid time: rejected, issue 15)
+    assert "already stored 0, outside selection 4," in summary
     for reason in ("line longer than 1 MiB", "entry has no valid __REALTIME_TIMESTAMP", "malformed JSON",
                    "truncated entry at end of input", "compressed file ends before its end (truncated)",
                    "journal file truncated", "journal entries unreadable"):  # fmt: skip

@@ -20,6 +20,7 @@ from pdforensics.errors import SourceError
 from pdforensics.schema import RECORD_SCHEMA
 from pdforensics.sources import RecordBatch, Selection, Window
 from pdforensics.sources import journal as journal_mod
+from pdforensics.sources._journal_child import _open as _open_reader
 from pdforensics.sources._records import ENTRY_FIELDS, FIELDS
 from pdforensics.sources.journal import JournalSource, python_systemd_available
 
@@ -150,7 +151,7 @@ def test_readers_identical_on_a_larger_journal_with_small_batches(make_journal) 
 
 
 def test_entry_fields_order_matches_unrolled_loop() -> None:
-    # _read_block unpacks ENTRY_FIELDS into 15 names: a changed field list must fail loudly here.
+    # _journal_child.read_entries unpacks ENTRY_FIELDS into 15 names: a changed field list must fail loudly here.
     assert len(ENTRY_FIELDS) == 15
     assert set(ENTRY_FIELDS) == {f for f in FIELDS if not f.startswith("__")}
 
@@ -421,7 +422,7 @@ def test_unreadable_journal_file(shared_dir: Path) -> None:
     def probe() -> str:
         JournalSource("files", [ok])  # control: readable file is fine for this user
         if python_systemd_available():
-            JournalSource("files", [ok])._open().close()
+            _open_reader([str(ok)]).close()  # what the reader (a child process) opens
         JournalSource("files", [locked])
         return "no error"
 
@@ -435,7 +436,7 @@ def test_unreadable_journal_file_at_open(shared_dir: Path) -> None:
     def probe() -> str:
         src = JournalSource("files", [shared_dir / "ok.journal"])
         src.files = [shared_dir / "locked.journal"]
-        src._open()
+        list(src.batches(Selection()))
         return "no error"
 
     out = as_unprivileged(probe)

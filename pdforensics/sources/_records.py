@@ -132,10 +132,7 @@ def journal_records(
             c("_off") if fallback_key is not None else pl.lit(None, dtype=pl.Int64),
         ),
         cursor=c("__CURSOR"),
-        ts_us=pl.coalesce(
-            c("__REALTIME_TIMESTAMP").str.strip_chars().str.to_integer(strict=False),
-            cursor["t"].str.to_integer(base=16, strict=False),
-        ),
+        ts_us=_realtime(),
         host=c("_HOSTNAME"),
         # The unit a line is *about*: pid 1 / a user manager / a coredump naming a unit; then the
         # user unit a process runs in; then its system unit. Independent of the selection, so a
@@ -183,15 +180,22 @@ def journal_records(
     )
 
 
+def _realtime() -> pl.Expr:
+    """µs since the epoch: __REALTIME_TIMESTAMP (decimal digits only: "-5" or "+5" is not a time),
+    else the cursor's t= (hex). Needs the `_cp` column (the split cursor)."""
+    text = pl.col("__REALTIME_TIMESTAMP").str.strip_chars()
+    return pl.coalesce(
+        pl.when(text.str.contains(r"^[0-9]{1,18}$")).then(text.str.to_integer(strict=False)),
+        _cursor_field(4, "t").str.to_integer(base=16, strict=False),
+    )
+
+
 def _selected(selection: Selection, pid1: pl.Expr) -> pl.Expr:
     """Window and unit globs as one boolean expression over raw fields."""
     c = pl.col
     keep = pl.lit(True)
     w = selection.window
-    ts = pl.coalesce(
-        c("__REALTIME_TIMESTAMP").str.strip_chars().str.to_integer(strict=False),
-        _cursor_field(4, "t").str.to_integer(base=16, strict=False),
-    )
+    ts = _realtime()
     if w.since_us is not None:
         keep = keep & (ts >= w.since_us)
     if w.until_us is not None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pdforensics.errors import SourceError
 from pdforensics.sources import Source
-from pdforensics.sources._common import BOM, JOURNAL_MAGIC, check_file, read_head
+from pdforensics.sources._common import BOM, HEAD_BYTES, JOURNAL_MAGIC, check_file, open_stream, read_head
 from pdforensics.sources.export import ExportFileSource
 from pdforensics.sources.journal import JournalSource
 from pdforensics.sources.jsonlines import JsonLinesSource
@@ -15,24 +16,58 @@ from pdforensics.sources.plain import PlainFileSource
 
 _EXPORT_MARKERS = (b"__CURSOR=", b"__REALTIME_TIMESTAMP=")
 _JSON_MARKERS = ('"__CURSOR"', '"__REALTIME_TIMESTAMP"')
+# How much of a file's first line / first export entry detection reads: a journalctl -o json line
+# with a 1 MiB MESSAGE (before __CURSOR: its key order varies) is read whole.
+SNIFF_LIMIT = 64 << 20
+_FIELD_LINE = re.compile(rb"^[A-Za-z0-9_]+(=|\n)")
 
 
 def sniff(head: bytes) -> str:
-    """'json', 'export' or 'plain' for the first decompressed bytes of a file."""
+    """'json', 'export' or 'plain' for the first decompressed bytes of a file, by structure:
+    a first line that is a JSON object with journal fields, or a first entry of `NAME=value`
+    lines (or binary fields) holding a journal timestamp or cursor."""
     text = head.removeprefix(BOM).lstrip(b" \t\r\n")
-    first_entry = text.split(b"\n\n", 1)[0]
     if text.startswith(b"{"):
         line = text.split(b"\n", 1)[0].decode("utf-8", "replace")
         try:
             obj = json.loads(line)
             is_entry = isinstance(obj, dict) and any(m.strip('"') in obj for m in _JSON_MARKERS)
-        except ValueError:  # first line cut by the head limit, or malformed: look for the keys
-            is_entry = any(m in line for m in _JSON_MARKERS)
+        except (ValueError, RecursionError):  # first line cut by the limit, or malformed: look for keys
+            is_entry = any(m + ":" in line.replace('": ', '":') for m in _JSON_MARKERS)
         if is_entry:
             return "json"
-    if any(line.startswith(_EXPORT_MARKERS) for line in first_entry.split(b"\n")):
-        return "export"
+    if _FIELD_LINE.match(text):
+        first_entry = text.split(b"\n\n", 1)[0]
+        if any(line.startswith(_EXPORT_MARKERS) for line in first_entry.split(b"\n")):
+            return "export"
     return "plain"
+
+
+def _sniff_head(path: Path) -> bytes:
+    """The bytes detection needs: the first line (JSON) or first entry (export), up to SNIFF_LIMIT."""
+    head = read_head(path)
+    text = head.removeprefix(BOM).lstrip(b" \t\r\n")
+    if text.startswith(b"{"):
+        end = b"\n"
+    elif _FIELD_LINE.match(text):
+        end = b"\n\n"
+    else:
+        return head
+    if end in text or len(head) < HEAD_BYTES:
+        return head
+    with open_stream(path) as s:
+        buf = bytearray()
+        while len(buf) < SNIFF_LIMIT:
+            try:
+                chunk = s.read(1 << 20)
+            except (OSError, EOFError):
+                break
+            if not chunk:
+                break
+            buf += chunk
+            if end in chunk or end in buf[-len(chunk) - 1 :]:
+                break
+        return bytes(buf[:SNIFF_LIMIT])
 
 
 def open_file_source(path: Path, host: str | None = None, unit: str | None = None) -> Source:
@@ -52,7 +87,7 @@ def open_file_source(path: Path, host: str | None = None, unit: str | None = Non
     head = read_head(path)
     if head.startswith(JOURNAL_MAGIC):  # sd_journal reads only uncompressed journal files
         raise SourceError(f"{path} is a compressed journal file: decompress it first (gunzip -k)")
-    kind = sniff(head)
+    kind = sniff(_sniff_head(path))
     if kind == "json":
         return JsonLinesSource(path)
     if kind == "export":

@@ -22,7 +22,7 @@ import re
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import polars as pl
 
@@ -47,6 +47,7 @@ _WANTED = frozenset(FIELDS)
 _WANTED_LINE = "^(?:" + "|".join(FIELDS) + ")="
 _NAME = re.compile(rb"[A-Za-z0-9_]+")
 MAX_FIELD_BYTES = 768 << 20  # journald's DATA_SIZE_MAX: a larger length is corruption, not data
+MAX_KEPT = 1 << 20  # of a wanted field longer than MAX_CARRY (read past, not held), its first bytes
 
 
 class ExportParser:
@@ -57,15 +58,31 @@ class ExportParser:
         self.source = source
         self.chunk_bytes = chunk_bytes
         self.name = name or source
+        self._skip: _Skip | None = None  # a binary field too long to hold, being read past
+        self._resume: _Skip | None = None  # the entry that field belongs to, continued after it
 
     def __iter__(self) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
         carry, base = b"", 0
+        self._skip = self._resume = None
+        tail = b""  # the last bytes skipped: an entry start may straddle two chunks
         while True:
             chunk = read_chunk(self.stream, self.chunk_bytes, Path(self.name))
             eof = not chunk
+            rejects: list[tuple[str, str, str, str]] = []
+            if self._skip is not None:
+                chunk, base, tail = self._skipping(chunk, base, tail, eof, rejects)
+                if self._skip is not None:  # still inside the field
+                    if rejects:
+                        yield pl.DataFrame(schema=RAW_SCHEMA), rejects_frame(rejects)
+                    if eof:
+                        return
+                    continue
             buf = carry + chunk if carry else chunk
-            frames, exact, rejects, used = self._parse(buf, base, eof)
+            frames, exact, more_rejects, used = self._parse(buf, base, eof)
+            rejects += more_rejects
             carry, base = buf[used:], base + used
+            if self._skip is not None:  # everything after the field's start is being read past
+                carry, tail = b"", buf[-_PATTERN_BYTES:]
             if exact:
                 frames.append(pl.from_dicts(exact, schema=RAW_SCHEMA))
             if frames or rejects:
@@ -73,6 +90,46 @@ class ExportParser:
                 yield raw, rejects_frame(rejects)
             if eof:
                 return
+
+    def _skipping(
+        self, chunk: bytes, base: int, tail: bytes, eof: bool, rejects: list[tuple[str, str, str, str]]
+    ) -> tuple[bytes, int, bytes]:
+        """Read past a long binary field: (what follows it to parse, its offset, tail of the skipped).
+
+        Believed while none of its bytes starts an export entry; an entry start inside it means its
+        length lies, and parsing goes on there. Memory stays bounded whatever the length says.
+        """
+        skip = self._skip
+        assert skip is not None
+        region, rbase = tail + chunk, base - len(tail)
+        if eof:
+            self._skip = None
+            rejects.append(
+                self._reject(skip.entry_off, f"binary field {skip.name} runs past end of input", b"")
+            )
+            return b"", base + len(chunk), b""
+        hi = min(len(region), skip.data_end - rbase)
+        at = _entry_start(region, 0, hi)
+        if at >= 0:
+            self._skip = None
+            reason = f"binary field {skip.name} claims {skip.size} bytes, but an entry starts inside them"
+            rejects.append(self._reject(skip.entry_off, reason, b""))
+            return region[at + 2 :], rbase + at + 2, b""
+        if skip.data_end >= rbase + len(region):
+            keep = region[-_PATTERN_BYTES:]
+            return b"", base + len(chunk), keep
+        # The field ends in this chunk: what follows it continues its entry.
+        self._skip = None
+        rest = skip.data_end - rbase
+        if region[rest] != 0x0A:
+            rejects.append(
+                self._reject(skip.entry_off, f"binary field {skip.name} is not followed by a newline", b"")
+            )
+            end = region.find(b"\n\n", rest)
+            start = len(region) if end < 0 else end + 2
+            return region[start:], rbase + start, b""
+        self._resume = skip
+        return region[rest + 1 :], rbase + rest + 1, b""
 
     def _parse(
         self, buf: bytes, base: int, eof: bool
@@ -82,6 +139,24 @@ class ExportParser:
         exact: list[dict[str, object]] = []
         rejects: list[tuple[str, str, str, str]] = []
         pos, n = 0, len(buf)
+        if self._resume is not None:  # the rest of an entry whose long binary field was read past
+            r = self._resume
+            fields, end, problem = _parse_entry(buf, 0, eof, {k: list(v) for k, v in r.values.items()})
+            if problem == "more" and n < MAX_CARRY:
+                return frames, exact, rejects, 0
+            self._resume = None
+            if isinstance(fields, _Skip):  # another long field in the same entry
+                self._skip = fields._replace(entry_off=r.entry_off, data_end=base + fields.data_end)
+                return frames, exact, rejects, n
+            if problem and problem != "more":
+                rejects.append(self._reject(r.entry_off, problem, buf[:end]))
+            elif problem == "more":
+                rejects.append(self._reject(r.entry_off, "entry too long after a long binary field", b""))
+                end = _resync(buf, 0)
+            else:
+                fields["_off"] = r.entry_off
+                exact.append(fields)
+            pos = end
         while pos < n:
             q = buf.find(b"\x00", pos)
             if q < 0:  # text only from here
@@ -113,6 +188,9 @@ class ExportParser:
             fields, end, problem = _parse_entry(buf, start, eof)
             if problem == "more":
                 break  # carry the entry over to the next chunk
+            if isinstance(fields, _Skip):  # a binary field longer than we hold: read past it
+                self._skip = fields._replace(entry_off=base + start, data_end=base + fields.data_end)
+                return frames, exact, rejects, n
             if problem:
                 rejects.append(self._reject(base + start, problem, buf[start:end]))
             else:
@@ -136,9 +214,11 @@ class ExportParser:
             "eid", _off="off"
         )
         # A line without '=' cannot be a field here (binary fields were split off): report, skip it.
+        # A bare field name is a binary field whose 8 length bytes hold no NUL (a length >= 2**56):
+        # its entry is damaged, and rejected whole.
         stray = lines.filter(c("line").is_not_null() & ~c("line").str.contains("=", literal=True))
-        for off, line in stray.select("off", "line").iter_rows():
-            rejects.append((self.source, f"byte {off}", "export line without '='", escape_sample(line)))
+        bare = stray.filter(c("line").str.contains(r"^[A-Za-z0-9_]+$"))
+        damaged = pl.DataFrame(schema={"eid": pl.UInt32(), "line": pl.String()})
         kv = lines.filter(c("line").str.contains(_WANTED_LINE)).with_columns(
             eq=c("line").str.find("=", literal=True)
         )
@@ -151,6 +231,25 @@ class ExportParser:
                 (self.source, f"byte {off}", "truncated entry at end of input", escape_sample(tail))
             )
             starts, kv = starts.head(-1), kv.filter(c("eid") != eid)
+        if bare.height:
+            # (In an entry already rejected as cut at the end of input, it is just a line without '='.)
+            for off, line in bare.join(starts, on="eid", how="anti").select("off", "line").iter_rows():
+                rejects.append((self.source, f"byte {off}", "export line without '='", escape_sample(line)))
+            damaged = (
+                bare.join(starts.select("eid"), on="eid")
+                .group_by("eid", maintain_order=True)
+                .agg(c("line").first())
+            )
+            bad_starts = starts.join(damaged, on="eid", maintain_order="left")
+            for _, off, name in bad_starts.select("eid", "_off", "line").iter_rows():
+                reason = f"binary field {name} has an impossible length (no NUL in its length bytes)"
+                rejects.append((self.source, f"byte {off}", reason, escape_sample(name)))
+            starts = starts.join(damaged, on="eid", how="anti", maintain_order="left")
+        # Other lines without '=' (those of a damaged entry went with it: its value's bytes).
+        others = stray.filter(~c("line").str.contains(r"^[A-Za-z0-9_]+$"))
+        others = others.join(damaged.select(c("eid").cast(others["eid"].dtype)), on="eid", how="anti")
+        for off, line in others.select("off", "line").iter_rows():
+            rejects.append((self.source, f"byte {off}", "export line without '='", escape_sample(line)))
         # MESSAGE values of one entry are joined, other repeated fields keep the last (see _records).
         wide = starts.join(
             kv.filter(c("key") == "MESSAGE").group_by("eid").agg(MESSAGE=c("val").str.join("\n")),
@@ -192,9 +291,37 @@ def _resync(buf: bytes, at: int) -> int:
 MAX_CARRY = 4 * CHUNK_BYTES
 
 
-def _parse_entry(buf: bytes, start: int, eof: bool) -> tuple[dict[str, object], int, str]:
-    """Exact parse of one entry: (wanted fields, end offset, problem); problem "" = ok, "more" = need data."""
-    values: dict[str, list[bytes]] = {}
+class _Skip(NamedTuple):
+    """A binary field longer than MAX_CARRY: where its entry starts and where its data ends."""
+
+    name: str
+    size: int
+    entry_off: int
+    data_end: int
+    values: dict[str, list[bytes]]
+
+
+# What starts an export entry (journalctl writes __CURSOR first; hand-made files the time).
+_ENTRY_STARTS = (b"\n\n__CURSOR=", b"\n\n__REALTIME_TIMESTAMP=")
+_PATTERN_BYTES = max(map(len, _ENTRY_STARTS))
+
+
+def _entry_start(buf: bytes, lo: int, hi: int) -> int:
+    """Index of the first entry start (its "\n\n") in buf[lo:hi], or -1."""
+    found = [i for i in (buf.find(p, lo, hi + len(p) - 2) for p in _ENTRY_STARTS) if i >= 0]
+    return min(found) if found else -1
+
+
+def _parse_entry(
+    buf: bytes, start: int, eof: bool, values: dict[str, list[bytes]] | None = None
+) -> tuple[dict[str, object] | _Skip, int, str]:
+    """Exact parse of one entry: (wanted fields, end offset, problem); problem "" = ok, "more" = need data.
+
+    A binary field's length is believed only as far as its bytes hold no entry start; one longer
+    than MAX_CARRY comes back as a _Skip (the caller reads past it without holding it).
+    `values`: fields already read (an entry continued after a long field).
+    """
+    values = {} if values is None else values
     n, p = len(buf), start
 
     def damaged(at: int, problem: str) -> tuple[dict[str, object], int, str]:
@@ -228,8 +355,22 @@ def _parse_entry(buf: bytes, start: int, eof: bool) -> tuple[dict[str, object], 
             if size > MAX_FIELD_BYTES:
                 return damaged(nl + 9, f"binary field {label} has an impossible length {size}")
             data_end = nl + 9 + size
+            inside = _entry_start(buf, nl + 9, min(data_end, n))
+            if inside >= 0:  # an entry starts within what the length claims: the length lies
+                return (
+                    {},
+                    inside + 2,
+                    f"binary field {label} claims {size} bytes, but an entry starts inside them",
+                )
             if data_end >= n:
-                return {}, n, "more" if not eof else f"binary field {label} runs past end of input"
+                if eof:
+                    return {}, n, f"binary field {label} runs past end of input"
+                if n - start < MAX_CARRY:
+                    return {}, n, "more"
+                kept = {**values}
+                if label in _WANTED:
+                    kept.setdefault(label, []).append(buf[nl + 9 : nl + 9 + MAX_KEPT])
+                return _Skip(label, size, start, data_end, kept), n, ""
             if buf[data_end] != 0x0A:
                 return damaged(data_end, f"binary field {label} is not followed by a newline")
             value, p = buf[nl + 9 : data_end], data_end + 1

@@ -3,12 +3,15 @@
 Primary reader: python-systemd's low-level `_Reader`. `_get_all()` gives raw fields, the cursor
 gives the dedup key (`s=`, `i=`) and the exact receive time (`t=`, hex µs, equal to
 __REALTIME_TIMESTAMP), so each entry costs one `_next`, one `_get_all` and one `_get_cursor`
-call. The per-entry loop only copies fields into column lists; decoding, attribution and
-selection are vectorised in polars (_records). Reading runs in a background thread feeding a
-bounded queue, so it overlaps with the consumer's work on the previous batch.
+call. The per-entry loop (`_journal_child.read_entries`) only copies fields into column lists, in
+a child process, so that a file libsystemd aborts on costs one entry or that file, never the run
+(see _journal_child); decoding, attribution and selection are vectorised in polars (_records).
+Files are read one at a time, in seqnum order. The child's blocks are handed on by a background
+thread feeding a bounded queue, so reading overlaps with the consumer's work on the previous batch.
 
 Fallback (python-systemd not importable, or `force_journalctl=True`): `journalctl --all --utc
--o export`, streamed through the export parser. Both readers yield identical records.
+-o export`, one run per file, streamed through the export parser. Both readers yield identical
+records.
 
 The window is applied by seeking to its start and stopping at its end (as journalctl does), then
 exactly, per record. Unit globs select in polars over all entries read (see _records).
@@ -18,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import grp
+import itertools
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +37,9 @@ import polars as pl
 
 from pdforensics.errors import SourceError
 from pdforensics.sources import JOURNAL_MARK, RecordBatch, Selection
-from pdforensics.sources._common import JOURNAL_MAGIC, in_background, rejects_frame, split_batch
+from pdforensics.sources import _journal_child as child
+from pdforensics.sources._common import JOURNAL_MAGIC, escape_expr, in_background, rejects_frame, split_batch
+from pdforensics.sources._journal_child import IsolatedReader, Unit
 from pdforensics.sources._records import ENTRY_FIELDS, journal_records
 from pdforensics.sources.export import ExportParser, export_batches
 
@@ -205,6 +212,10 @@ class JournalSource:
         ids = {h.seqnum_id for h in headers if h is not None}
         if len(ids) != 1:
             return None
+        # Files are read one after another in seqnum order: sound only when their ranges are disjoint.
+        ranges = sorted((h.head_seqnum, h.tail_seqnum) for h in headers if h is not None and h.n_entries)
+        if any(b[0] <= a[1] for a, b in itertools.pairwise(ranges)):
+            return None
         w = selection.window
         return f"{JOURNAL_MARK}{ids.pop()}|{','.join(selection.units)}|{w.since_us}|{w.until_us}"
 
@@ -235,76 +246,110 @@ class JournalSource:
         read = self._python_batches if self.reader == "python-systemd" else self._journalctl_batches
 
         def produce(stopped: Callable[[], bool]) -> Iterator[RecordBatch]:
-            selected = seen = 0
             problems: list[tuple[str, str, str, str]] = []
+            seen: dict[Path | None, int] = {}  # entries read (records, skipped, rejects) per unit
             with _readable_copies(self.files, self.label, problems) as (files, headers):
-                for batch in read(selection, batch_size, stopped, files, problems):
-                    selected += batch.records.height
-                    seen += batch.records.height + batch.skipped + batch.rejects.height
-                    yield batch
+                units = self._units(files, headers)
+                yield from read(selection, batch_size, stopped, units, problems, seen)
                 if not stopped() and self.resume_cursor is None:  # a resumed read sees only the tail
-                    problems += _unread_entries(self.label, headers, seen, selection)
+                    problems += _unread_entries(self.label, units, seen, selection)
             if problems:
                 yield RecordBatch(rejects=rejects_frame(problems))
-            if self.kind == "local" and not selected and not privileged():
+            if self.kind == "local" and not sum(seen.values()) and not privileged():
                 raise SourceError(f"no journal entries visible to this user; {GROUP_HINT}")
 
         return in_background(produce)
 
-    def _open(self, files: Sequence[Path] | None = None) -> Any:
-        assert _sd_journal is not None
-        files = self.files if files is None else files
-        try:
-            if self.kind == "local":
-                j = _sd_journal._Reader()
-            else:
-                j = _sd_journal._Reader(flags=0, files=[str(p) for p in files])
-        except PermissionError as e:
-            raise SourceError(f"{self.label}: permission denied; {GROUP_HINT}") from e
-        except OSError as e:
-            raise SourceError(f"{self.label}: cannot open journal: {e.strerror or e}") from e
-        j.data_threshold = 0  # never truncate large fields (long Receive: lines)
-        return j
+    def _units(self, files: Sequence[Path], headers: list[JournalHeader]) -> list[_ReadUnit]:
+        """What each reader reads on its own: every file (in seqnum order), or the local journal.
+
+        One file at a time: a file libsystemd cannot read (or aborts on) costs that file only.
+        """
+        if self.kind == "local":
+            return [_ReadUnit(None, None, None)]
+        by_path = {h.path: h for h in headers}
+        units = [
+            _ReadUnit(copy, orig, by_path.get(orig)) for copy, orig in zip(files, self.files, strict=True)
+        ]
+        return sorted(units, key=_ReadUnit.order)
 
     def _python_batches(
         self,
         selection: Selection,
         batch_size: int,
         stopped: Callable[[], bool],
-        files: Sequence[Path] | None = None,
-        problems: list[tuple[str, str, str, str]] | None = None,
+        units: list[_ReadUnit],
+        problems: list[tuple[str, str, str, str]],
+        seen: dict[Path | None, int],
     ) -> Iterator[RecordBatch]:
-        j = self._open(files)
         headers = [read_header(f) for f in self.files]  # read once for the mark's key and file ids
         key = self._mark_key(selection, headers) if self.files else None
         file_ids = ",".join(self._file_ids(headers)) if key else ""
-        try:
-            resumed = self.resume_cursor is not None and _seek_before(j, self.resume_cursor, self.context)
-            if not resumed and selection.window.since_us is not None:
-                j.seek_realtime(max(selection.window.since_us, 0))
-            more, first = True, resumed
-            while more and not stopped():
-                raw, more, error = _read_block(j, min(batch_size, BLOCK_ENTRIES), selection.window.until_us)
-                if raw.height:
-                    batch = journal_records(raw, selection, source=self.label)
-                    last = raw["__CURSOR"][-1]
-                    if key:
-                        batch.marks = {key: (_cursor_seqnum(last), f"{last} {file_ids}")}
-                    if first:  # the stored entries before the first one re-read are counted by ingest
-                        head = raw["__CURSOR"][0]
-                        batch.known_before = (_cursor_field(head, "s"), _cursor_seqnum(head))
-                        first = False
-                    yield from split_batch(batch, batch_size)
-                if error is not None:
-                    if problems is None:
-                        raise SourceError(f"{self.label}: journal read failed: {error.strerror or error}")
-                    # A damaged file: keep what was read, say that reading stopped.
-                    problems.append(
-                        (self.label, "?", f"journal read stopped early: {error.strerror or error}", "")
+        units, requests = self._start_points(units, selection)
+        first = self.resume_cursor is not None
+        last_seq: dict[int, int] = {}  # per unit: the greatest seqnum read
+        block = min(batch_size, BLOCK_ENTRIES)
+        reader = IsolatedReader(
+            requests, ENTRY_FIELDS, selection.window.until_us, block, _UNTIL_CHECK, stopped
+        )
+        opened = 0
+        for ev in reader:
+            unit = units[ev.unit]
+            where = str(unit.path) if unit.path else self.label
+            if ev.kind == child.RESUMED:
+                first = first and ev.text == "1"
+            elif ev.kind == child.OPEN_FAILED:
+                code, _, msg = ev.text.partition(" ")
+                if code in _NO_PERMISSION:  # the user can act on that: stop with one line
+                    raise SourceError(f"{where}: permission denied; {GROUP_HINT}")
+                problems.append((self.label, where, f"journal file cannot be opened: {msg}", ""))
+            elif ev.kind == child.DONE:
+                opened += 1
+            elif ev.kind == child.SKIPPED:
+                problems.append((self.label, ev.text, f"journal entry unreadable ({ev.reason}); skipped", ""))
+                seen[unit.path] = seen.get(unit.path, 0) + 1
+            elif ev.kind == child.ERROR:
+                problems.append((self.label, where, ev.text, ""))
+            elif ev.kind == child.BLOCK and ev.block is not None and ev.block[0]:
+                raw = _raw_frame(*ev.block)
+                seen[unit.path] = seen.get(unit.path, 0) + raw.height
+                last, head = raw["__CURSOR"][-1], raw["__CURSOR"][0]
+                repeated = rejects_frame([])
+                if unit.copy is not None:  # one file: seqnum order (the local journal mixes seqnum ids)
+                    raw, repeated, last_seq[ev.unit] = _repeated_seqnums(
+                        raw, last_seq.get(ev.unit, 0), self.label
                     )
-                    return
-        finally:
-            j.close()
+                batch = journal_records(raw, selection, source=self.label)
+                if repeated.height:
+                    batch.rejects = pl.concat([repeated, batch.rejects])
+                if key:
+                    batch.marks = {key: (_cursor_seqnum(last), f"{last} {file_ids}")}
+                if first:  # the stored entries before the first one re-read are counted by ingest
+                    batch.known_before = (_cursor_field(head, "s"), _cursor_seqnum(head))
+                    first = False
+                yield from split_batch(batch, batch_size)
+        if units and not opened and not stopped() and not any(seen.values()):
+            # Nothing could be read at all: one line, as for any input that cannot be read.
+            reasons = [p[2] for p in problems if p[1] != "journal files"]
+            raise SourceError(
+                f"{self.label}: cannot open journal: {reasons[-1] if reasons else 'unreadable'}"
+            )
+
+    def _start_points(
+        self, units: list[_ReadUnit], selection: Selection
+    ) -> tuple[list[_ReadUnit], list[Unit]]:
+        """The units to read and where each starts: a resumed read skips the files before its mark."""
+        since = selection.window.since_us
+        if self.resume_cursor is None:
+            return units, [Unit(u.files, since) for u in units]
+        seqnum = _cursor_seqnum(self.resume_cursor)
+        # A mark is only kept for files read in seqnum order with disjoint ranges (_mark_key): those
+        # ending before the mark are stored whole; the first one reaching it seeks to it.
+        rest = [u for u in units if u.header is None or u.header.tail_seqnum >= seqnum]
+        requests = [Unit(u.files, since) for u in rest]
+        if requests:
+            requests[0] = Unit(rest[0].files, since, self.resume_cursor, self.context)
+        return rest, requests
 
     def journalctl_command(self, selection: Selection, files: Sequence[Path] | None = None) -> list[str]:
         cmd = [self.journalctl, "--all", "--utc", "--no-pager", "-o", "export"]
@@ -324,19 +369,50 @@ class JournalSource:
         selection: Selection,
         batch_size: int,
         stopped: Callable[[], bool],
-        files: Sequence[Path] | None = None,
-        problems: list[tuple[str, str, str, str]] | None = None,
+        units: list[_ReadUnit],
+        problems: list[tuple[str, str, str, str]],
+        seen: dict[Path | None, int],
     ) -> Iterator[RecordBatch]:
+        """One journalctl per file (the whole local journal in one): a file it fails on costs that file."""
+        failed: list[str] = []
+        for unit in units:
+            if stopped():
+                return
+            files = [] if unit.copy is None else [unit.copy]
+            msg = yield from self._journalctl_unit(selection, batch_size, stopped, files, unit, seen)
+            if msg is None:
+                continue
+            if "ermission" in msg:
+                raise SourceError(f"journalctl failed: {msg}; {GROUP_HINT}")
+            where = str(unit.path) if unit.path else "journalctl"
+            if seen.get(unit.path):  # it failed part-way (a damaged entry): keep what it printed
+                problems.append((self.label, where, f"journalctl stopped early: {msg}", ""))
+            else:
+                problems.append((self.label, where, f"journalctl cannot read this file: {msg}", ""))
+                failed.append(msg)
+        if units and len(failed) == len(units):
+            raise SourceError(f"journalctl failed: {failed[-1]}")
+
+    def _journalctl_unit(
+        self,
+        selection: Selection,
+        batch_size: int,
+        stopped: Callable[[], bool],
+        files: list[Path],
+        unit: _ReadUnit,
+        seen: dict[Path | None, int],
+    ) -> Generator[RecordBatch, None, str | None]:
+        """One journalctl run; returns its error message (None: it succeeded or was stopped)."""
         with tempfile.TemporaryFile() as err:
-            cmd = self.journalctl_command(selection, files)
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
+            proc = subprocess.Popen(
+                self.journalctl_command(selection, files), stdout=subprocess.PIPE, stderr=err
+            )
             assert proc.stdout is not None
             finished = False
-            read = 0
             try:
                 parser = ExportParser(proc.stdout, self.label, name="journalctl")
                 for batch in export_batches(parser, selection, batch_size, self.label, None, stopped):
-                    read += batch.records.height + batch.skipped
+                    seen[unit.path] = seen.get(unit.path, 0) + batch.records.height + batch.skipped
                     yield batch
                 finished = not stopped()
             finally:
@@ -344,23 +420,72 @@ class JournalSource:
                     proc.kill()
                 rc = proc.wait()
                 proc.stdout.close()
-            if finished and rc != 0:
-                err.seek(0)
-                lines = err.read().decode("utf-8", "replace").strip().splitlines()
-                msg = lines[-1] if lines else f"exit status {rc}"
-                if read and problems is not None and "ermission" not in msg:
-                    # It failed part-way (a damaged entry): keep what it printed, say it stopped.
-                    problems.append((self.label, "journalctl", f"journalctl stopped early: {msg}", ""))
-                    return
-                hint = f"; {GROUP_HINT}" if "ermission" in msg else ""
-                raise SourceError(f"journalctl failed: {msg}{hint}")
+            if not finished or rc == 0:
+                return None
+            err.seek(0)
+            lines = err.read().decode("utf-8", "replace").strip().splitlines()
+            if rc < 0:
+                return f"journalctl was killed by {_signal_name(-rc)}" + (f" ({lines[-1]})" if lines else "")
+            return lines[-1] if lines else f"exit status {rc}"
+
+
+_NO_PERMISSION = ("1", "13")  # EPERM, EACCES
+
+
+def _repeated_seqnums(raw: pl.DataFrame, before: int, label: str) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Entries of one file whose seqnum does not exceed an earlier one's: (the others, their rejects,
+    the greatest seqnum so far). One file's entries come in seqnum order; a repeat is damage (a bit
+    flipped in a seqnum), not the same entry, and would otherwise pass for a duplicate."""
+    seq = pl.col("__CURSOR").str.extract(r"(?:^|;)i=([0-9a-f]+)").str.to_integer(base=16, strict=False)
+    marked = raw.with_columns(_seq=seq).with_columns(
+        _bad=pl.col("_seq")
+        <= pl.max_horizontal(pl.col("_seq").cum_max().shift(1), pl.lit(before)).fill_null(before)
+    )
+    top = max(before, marked["_seq"].max() or 0)  # type: ignore[type-var]
+    bad = marked.filter(pl.col("_bad"))
+    if not bad.height:
+        return raw, rejects_frame([]), top
+    rejects = bad.select(
+        source=pl.lit(label),
+        position=pl.col("__CURSOR"),
+        reason=pl.format("journal entry repeats seqnum {} of an earlier one (damaged file)", pl.col("_seq")),
+        sample=escape_expr(pl.col("MESSAGE").fill_null("").str.slice(0, 200)),
+    )
+    return marked.filter(~pl.col("_bad")).drop("_seq", "_bad"), rejects, top
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+@dataclass(frozen=True)
+class _ReadUnit:
+    """One reader's input: a journal file (`copy` what is read, `path` the user's), or the local journal."""
+
+    copy: Path | None
+    path: Path | None
+    header: JournalHeader | None
+
+    @property
+    def files(self) -> list[str] | None:
+        return None if self.copy is None else [str(self.copy)]
+
+    def order(self) -> tuple[object, ...]:
+        """Files of one seqnum id in seqnum order (what a resume mark needs), then by time."""
+        h = self.header
+        if h is None:
+            return (1, "", 0, str(self.path))
+        return (0, h.seqnum_id, h.head_seqnum, str(self.path))
 
 
 # -- damaged journal files: read what is readable, count what is not ---------------------------------
 
 # sd_journal's file header (systemd src/libsystemd/sd-journal/journal-def.h): file_id at 24, seqnum_id
-# at 72, header_size and arena_size at 88, n_entries at 152, head entry seqnum at 168, head/tail entry
-# realtime at 184.
+# at 72, header_size and arena_size at 88, n_objects at 144, n_entries at 152, tail/head entry seqnum
+# at 160/168, head/tail entry realtime at 184.
 _HEADER_BYTES = 208
 _MAX_DECLARED = 64 << 30  # a larger declared size is a damaged header, not a journal file
 
@@ -376,10 +501,24 @@ class JournalHeader:
     tail_realtime: int
     seqnum_id: str = ""  # hex, as in a cursor's s=
     head_seqnum: int = 0
+    tail_seqnum: int = 0
+    n_objects: int = 0
 
     @property
     def truncated(self) -> bool:
         return self.size < self.declared
+
+    @property
+    def count_plausible(self) -> bool:
+        """Whether n_entries can be believed: a damaged header's count is not (an entry object
+        takes at least 64 bytes, is one of the file's objects, and has its own seqnum)."""
+        span = self.tail_seqnum - self.head_seqnum + 1 if self.n_entries else 0
+        return (
+            self.n_entries <= self.n_objects
+            and self.n_entries * 64 <= self.declared
+            and (not self.n_entries or 0 < self.head_seqnum <= self.tail_seqnum)
+            and self.n_entries <= span
+        )
 
 
 def read_header(path: Path) -> JournalHeader | None:
@@ -394,15 +533,15 @@ def read_header(path: Path) -> JournalHeader | None:
         return None
     file_id = head[24:40]
     header_size, arena_size = struct.unpack_from("<QQ", head, 88)
-    (n_entries,) = struct.unpack_from("<Q", head, 152)
-    (head_seqnum,) = struct.unpack_from("<Q", head, 168)
+    n_objects, n_entries, tail_seqnum, head_seqnum = struct.unpack_from("<QQQQ", head, 144)
     head_rt, tail_rt = struct.unpack_from("<QQ", head, 184)
     declared = header_size + arena_size
     if not (_HEADER_BYTES <= header_size <= 4096 and declared <= _MAX_DECLARED and header_size <= size):
         return None
     return JournalHeader(
-        path, file_id, size, declared, n_entries, head_rt, tail_rt, head[72:88].hex(), head_seqnum
-    )
+        path, file_id, size, declared, n_entries, head_rt, tail_rt, head[72:88].hex(), head_seqnum,
+        tail_seqnum, n_objects,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -438,35 +577,31 @@ def _readable_copies(
 
 
 def _unread_entries(
-    label: str, headers: list[JournalHeader], seen: int, selection: Selection
+    label: str, units: Sequence[_ReadUnit], seen: dict[Path | None, int], selection: Selection
 ) -> list[tuple[str, str, str, str]]:
-    """A reject when the files' headers count more entries than were read (damaged files).
+    """A reject per damaged file whose header counts more entries than were read from it.
 
-    Only comparable when the window covers every file whole: otherwise entries outside it are
-    never visited. Copies of one file (same file id) count once, as sd_journal reads them once.
+    Only comparable when the window covers the file whole (otherwise entries outside it are never
+    visited) and when the header's count is plausible (a damaged header's is not believed).
     """
-    if not headers:
-        return []
     w = selection.window
-    firsts = [h.head_realtime for h in headers if h.n_entries]
-    lasts = [h.tail_realtime for h in headers if h.n_entries]
-    if not firsts:
-        return []
-    if (w.since_us is not None and w.since_us > min(firsts)) or (
-        w.until_us is not None and w.until_us <= max(lasts)
-    ):
-        return []
-    per_file: dict[bytes, int] = {}
-    for h in headers:
-        per_file[h.file_id] = max(per_file.get(h.file_id, 0), h.n_entries)
-    expected = sum(per_file.values())
-    if seen >= expected:
-        return []
-    reason = (
-        f"{expected - seen:,} of {expected:,} journal entries unreadable (damaged file; "
-        "`journalctl --verify --file FILE` shows where)"
-    )
-    return [(label, "journal files", reason, "")]
+    out = []
+    for u in units:
+        h = u.header
+        if h is None or not h.n_entries or not h.count_plausible:
+            continue
+        if (w.since_us is not None and w.since_us > h.head_realtime) or (
+            w.until_us is not None and w.until_us <= h.tail_realtime
+        ):
+            continue
+        got = seen.get(u.path, 0)
+        if got < h.n_entries:
+            reason = (
+                f"{h.n_entries - got:,} of {h.n_entries:,} journal entries unreadable (damaged file; "
+                "`journalctl --verify --file FILE` shows where)"
+            )
+            out.append((label, str(u.path), reason, ""))
+    return out
 
 
 def _cursor_field(cursor: str, name: str) -> str:
@@ -477,79 +612,18 @@ def _cursor_seqnum(cursor: str) -> int:
     return int(_cursor_field(cursor, "i") or "0", 16)
 
 
-def _seek_before(j: Any, cursor: str, context: int) -> bool:
-    """Position `j` so that its next entry is `context` entries before `cursor` (or the first).
-
-    False when the cursor cannot be found (its file was removed): the caller reads from the start.
-    """
-    try:
-        j.seek_cursor(cursor)
-        if not j._next() or not j.test_cursor(cursor):
-            j.seek_head()
-            return False
-        for _ in range(context):
-            if not j._previous():
-                j.seek_head()  # fewer entries before the cursor than `context`: from the first
-                return True
-        return True
-    except OSError:
-        j.seek_head()
-        return False
-
-
 def _at(us: int) -> str:
     """A journalctl time argument for µs since the epoch (the journal holds nothing before 1970)."""
     us = max(us, 0)
     return f"@{us // 1_000_000}.{us % 1_000_000:06d}"
 
 
-def _read_block(j: Any, limit: int, until_us: int | None) -> tuple[pl.DataFrame, bool, OSError | None]:
-    """Copy up to `limit` entries' fields into column lists: (raw frame, more may follow, read error).
-
-    Hot loop: locals only, unrolled per field, one `_get_all` dict per entry, nothing else.
-    (Pausing the GC looked ~12% faster in isolation but was not faster inside the reader; dropped.)
-    A read error (a damaged file) ends the block with the entries read before it.
-    """
-    (k0, k1, k2, k3, k4, k5, k6, k7, k8, k9, k10, k11, k12, k13, k14) = ENTRY_FIELDS
-    cols: list[list[Any]] = [[] for _ in ENTRY_FIELDS]
-    (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14) = (c.append for c in cols)
-    cursors: list[str] = []
-    ac = cursors.append
-    nx, get_all, get_cursor, get_rt = j._next, j._get_all, j._get_cursor, j._get_realtime
-    more = True
-    error: OSError | None = None
-    try:
-        while more and len(cursors) < limit:
-            for _ in range(min(_UNTIL_CHECK, limit - len(cursors))):
-                if not nx():
-                    more = False
-                    break
-                g = get_all().get
-                ac(get_cursor())
-                a0(g(k0))
-                a1(g(k1))
-                a2(g(k2))
-                a3(g(k3))
-                a4(g(k4))
-                a5(g(k5))
-                a6(g(k6))
-                a7(g(k7))
-                a8(g(k8))
-                a9(g(k9))
-                a10(g(k10))
-                a11(g(k11))
-                a12(g(k12))
-                a13(g(k13))
-                a14(g(k14))
-            if more and until_us is not None and cursors and get_rt() >= until_us:
-                more = False
-    except OSError as e:  # raised by _next/_get_all/_get_cursor, before an entry's appends
-        error, more = e, False
-    frame = pl.DataFrame(
+def _raw_frame(cursors: list[str], cols: list[list[Any]]) -> pl.DataFrame:
+    """A block read by the child (`_journal_child.read_entries`) as a raw frame of text columns."""
+    return pl.DataFrame(
         {"__CURSOR": pl.Series(cursors, dtype=pl.String)}
         | {name: _text_column(col, name == "MESSAGE") for name, col in zip(ENTRY_FIELDS, cols, strict=True)}
     )
-    return frame, more, error
 
 
 def _text_column(values: list[Any], join: bool) -> pl.Series:

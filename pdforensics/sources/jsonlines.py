@@ -132,12 +132,17 @@ def _decode_line(text: str) -> dict[str, Any] | str:
         obj = json.loads(text)
     except ValueError as e:
         return f"malformed JSON: {e}"
+    except RecursionError:
+        return "JSON nested too deeply"
     if not isinstance(obj, dict):
         return "JSON line is not an object"
     row: dict[str, Any] = {}
-    for name in FIELDS:
-        if name in obj:
-            row[name] = _field_text(obj[name], join=name == "MESSAGE")
+    try:
+        for name in FIELDS:
+            if name in obj:
+                row[name] = _field_text(obj[name], join=name == "MESSAGE")
+    except RecursionError:  # a field nested almost as deep as json.loads allows
+        return "JSON nested too deeply"
     row["_msg_null"] = "MESSAGE" in obj and obj["MESSAGE"] is None
     return row
 
