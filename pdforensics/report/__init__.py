@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdforensics.errors import UsageError
 from pdforensics.report.data import Limits
 
 if TYPE_CHECKING:
@@ -50,12 +51,30 @@ def write_report(
     from pdforensics.report.html import render_page
 
     out = Path(out)
+    check_out(out)  # before the work: a typo in --out must not cost the whole report
     model, figures = build_model(con, opts, show_prompts, limits or Limits())
     page = render_page(model, figures, _plotly_js())
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     return out
+
+
+def check_out(out: Path) -> None:
+    """--out names a file in a folder that exists and can be written: else one line, exit 2."""
+    if out.is_dir():
+        raise UsageError(
+            f"--out {out} is a folder: name the HTML file to write, e.g. {out / 'incident.html'}"
+        )
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"cannot write --out {out}: folder {folder} does not exist (create it first)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write --out {out}: folder {folder} is not writable")
 
 
 def _plotly_js() -> str:
