@@ -380,6 +380,12 @@ def check_unit_globs(con: Any, summary: IngestSummary, selection: Selection, sou
     """Fill summary.unmatched_units (globs no stored line matches) and summary.units_present."""
     from fnmatch import fnmatchcase
 
+    from pdforensics.sources.plain import PlainFileSource
+
+    filtered = [s for s in sources if not isinstance(s, PlainFileSource)]  # plain files: not filtered
+    if not filtered or summary.records + summary.skipped == 0:  # nothing read: "nothing was read" says so
+        return
+    sources = filtered
     globs = [g for g in selection.units if g != "*"]
     seen = {u.unit for u in summary.units if u.unit}
     unmatched = [g for g in globs if not any(fnmatchcase(u, g) for u in seen)]

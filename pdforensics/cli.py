@@ -205,7 +205,7 @@ def ingest(
     ] = None,
     host: Annotated[
         str | None,
-        typer.Option(metavar="NAME", help="Host name for plain log files. [default: this machine's]"),
+        typer.Option(metavar="NAME", help="Host name for plain log files. [default: local]"),
     ] = None,
     catalog: Annotated[
         list[Path] | None,
@@ -300,9 +300,7 @@ def timeline(
 
 @app.command(epilog=example("pdforensics simulate decode_restart_old_build --out incident"))
 def simulate(
-    scenario: Annotated[
-        str | None, typer.Argument(metavar="SCENARIO", help="Scenario name (see --list).")
-    ] = None,
+    scenario: Annotated[str | None, typer.Argument(help="Scenario name (see --list).")] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", metavar="DIR", help="Output folder. [required]")
     ] = None,
@@ -439,7 +437,7 @@ def usage_line(exc: click.UsageError) -> str:
     text = " ".join(exc.format_message().split()).rstrip(".")
     text = text[:1].lower() + text[1:]
     path = exc.ctx.command_path if exc.ctx is not None else "pdforensics"
-    return f"{text} (see `{path} -h`)"
+    return f"{text}; see `{path} -h`"
 
 
 def _check_requested(argv: list[str]) -> bool:
