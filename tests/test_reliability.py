@@ -224,21 +224,66 @@ def file_args(big: Big) -> list[str]:
 # ------------------------------------------------------------------ kill -9
 
 
+# The kill point is a batch boundary, not a moment: the child (the unchanged CLI, small batches)
+# reports each committed batch on one pipe and waits on another before it goes on, so the test
+# kills it at the boundary it chose, whatever the machine's load. Not past the last one: a kill
+# while it computes the verdict would meet a run already marked complete.
+_BOUNDARY_CLI = """
+import os, sys
+import pdforensics.ingest as ingest_module
+batch, report_fd, wait_fd = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+real = ingest_module.ingest
+calls = []
+
+def at_boundary(n):
+    calls.append(n)
+    os.write(report_fd, b"%d\\n" % len(calls))
+    os.read(wait_fd, 1)  # the test answers, or kills us here
+
+def ingest(*args, **kwargs):
+    kwargs.update(batch_size=batch, progress=at_boundary)
+    return real(*args, **kwargs)
+
+ingest_module.ingest = ingest
+from pdforensics.cli import main
+sys.argv = ["pdforensics", *sys.argv[4:]]
+main()
+"""
+
+
+def kill_at_boundary(args: list[str], boundary: int) -> subprocess.Popen[str]:
+    """Run the CLI until it has committed `boundary` batches, then SIGKILL it there."""
+    report_r, report_w = os.pipe()
+    wait_r, wait_w = os.pipe()
+    env = {k: v for k, v in os.environ.items() if k != "PDFORENSICS_DEBUG"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _BOUNDARY_CLI, str(BATCH), str(report_w), str(wait_r), *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+        pass_fds=(report_w, wait_r),
+    )  # fmt: skip
+    os.close(report_w)
+    os.close(wait_r)
+    with os.fdopen(report_r) as reports, os.fdopen(wait_w, "wb", buffering=0) as answers:
+        for line in reports:
+            if int(line) == boundary:
+                child.send_signal(signal.SIGKILL)
+                break
+            answers.write(b"g")
+    child.communicate(timeout=CLI_TIMEOUT)
+    return child
+
+
 @pytest.mark.slow
 def test_kill_9_at_random_points_leaves_whole_batches_and_the_next_ingest_completes(
     tmp_path: Path, big: Big, catalog: Catalog
 ) -> None:
     rnd = random.Random(7)
-    partial = 0
-    rounds = 3
-    for i in range(rounds):
+    batches = len(big.boundaries) - 1
+    assert batches >= 4, "input too small for kills inside the run"
+    for i, boundary in enumerate(sorted(rnd.sample(range(1, batches), 3))):
         db = tmp_path / f"killed-{i}.duckdb"
-        child = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet", batch=BATCH)
-        wait_for_lock(db, child)
-        time.sleep(rnd.uniform(0.2, 0.9) * big.store_s)
-        child.send_signal(signal.SIGKILL)
-        child.communicate()
-        assert child.returncode == -signal.SIGKILL, "the ingest finished before the kill: input too small"
+        child = kill_at_boundary(["ingest", "--db", str(db), *file_args(big), "--quiet"], boundary)
+        assert child.returncode == -signal.SIGKILL, f"the ingest ended before batch boundary {boundary}"
 
         # The database opens, for writing too, and holds a prefix of the clean run in whole batches.
         store.open_db(db).close()
@@ -249,8 +294,8 @@ def test_kill_9_at_random_points_leaves_whole_batches_and_the_next_ingest_comple
         con.close()
         assert kept.height in big.boundaries, f"{kept.height} lines is not a whole number of batches"
         assert kept.equals(big.clean.head(kept.height)), "a killed run stored something a clean run does not"
-        assert len(runs) <= 1 and all(status != "complete" and end is None for status, end in runs)
-        partial += 0 < kept.height < big.clean.height
+        assert len(runs) == 1 and all(status == "running" and end is None for status, end in runs)
+        assert kept.height == sorted(big.boundaries)[boundary], "not the batches committed before the kill"
 
         # The next ingest completes with exactly the clean run's evidence; the killed run is marked.
         again = ingest(db, build_sources(None, None, big.files, None), CLI_SELECTION, catalog, batch_size=BATCH,
@@ -259,8 +304,7 @@ def test_kill_9_at_random_points_leaves_whole_batches_and_the_next_ingest_comple
         assert_consistent(db)
         assert parsed_evidence(db).equals(big.parsed), "the resumed database differs from a clean run's"
         statuses = [s for (s,) in rows(db, "SELECT status FROM ingests ORDER BY ingest_id")]
-        assert statuses == (["interrupted", "complete"] if runs else ["complete"])
-    assert partial, "no kill landed while batches were being stored"
+        assert statuses == ["interrupted", "complete"]
 
 
 TRACEBACK = """[2026-11-29 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):
