@@ -7,6 +7,8 @@ databases, and hostile text in the HTML report.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import gzip
 import json
 import os
@@ -856,8 +858,10 @@ class Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+sys.path.insert(0, sys.argv.pop(2))  # the world-readable copy of the package (see readable_copy)
 from pdforensics.cli import main
 
+assert main.__module__ == "pdforensics.cli" and sys.modules["pdforensics"].__file__.startswith(sys.path[0])
 os.setgroups([])
 os.setresgid(NOBODY, NOBODY, 0)
 os.setresuid(NOBODY, NOBODY, 0)
@@ -872,8 +876,22 @@ def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to an unprivileged user")
     env = {k: v for k, v in os.environ.items() if k != "PDFORENSICS_DEBUG"}
-    return subprocess.run([sys.executable, "-c", _AS_NOBODY, str(NOBODY), *args], capture_output=True, text=True,
-                          env=env, cwd="/", timeout=CLI_TIMEOUT)  # fmt: skip
+    return subprocess.run([sys.executable, "-c", _AS_NOBODY, str(NOBODY), str(readable_copy()), *args],
+                          capture_output=True, text=True, env=env, cwd="/", timeout=CLI_TIMEOUT)  # fmt: skip
+
+
+@functools.cache
+def readable_copy() -> Path:
+    """The package and the data it reads (catalog, views) where nobody can read them: a checkout
+    under a 0700 home or temp folder is closed to other users, and these tests must not depend
+    on where the checkout lives. Imports from elsewhere regain root's rights (see _AS_NOBODY)."""
+    d = Path(tempfile.mkdtemp(prefix="pdf-pkg-"))
+    atexit.register(shutil.rmtree, d, True)
+    shutil.copytree(REPO / "pdforensics", d / "pdforensics", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "queries", d / "queries")
+    for path in [d, *d.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return d
 
 
 @pytest.fixture
@@ -918,8 +936,10 @@ def test_read_only_database_path_is_a_clear_message(shared: Path, case: str) -> 
     db = shared / "ro.duckdb"
     store.open_db(db).close()
     db.chmod(0o444 if case == "read-only file" else 0o644)
+    export = shutil.copy(fixtures_dir() / SCENARIO / "journal.export", shared / "journal.export")
+    Path(export).chmod(0o644)  # the checkout may be closed to other users: nobody reads this copy
     proc = as_nobody("ingest", "--db", str(db if case == "read-only file" else shared / "new.duckdb"),
-                     "--file", str(fixtures_dir() / SCENARIO / "journal.export"))  # fmt: skip
+                     "--file", str(export))  # fmt: skip
     assert_one_line_error(proc, 4, "permission denied (choose a writable --db path)")
 
 
