@@ -335,7 +335,8 @@ class JournalExtent:
 
         since = iso(self.head_us) if self.head_us else "its first entry"
         return (
-            f"no --since: reading the whole journal, {self.entries:,} entries in {self.files} files "
+            f"no --since: reading the whole journal, {self.entries:,} entries in {self.files} "
+            f"file{'s' if self.files != 1 else ''} "
             f"({self.nbytes / 1e6:,.0f} MB) from {since}; --since 1h reads the last hour only"
         )
 
@@ -351,7 +352,11 @@ def journal_extent(sources: list[Source]) -> JournalExtent:
     for src in sources:
         kind = getattr(src, "kind", None)
         if kind == "local":
-            files += [f for d in LOCAL_JOURNAL_DIRS if d.is_dir() for f in d.rglob("*.journal")]
+            for d in LOCAL_JOURNAL_DIRS:
+                try:
+                    files += list(d.rglob("*.journal"))
+                except OSError:
+                    continue  # not ours to read: the reader names the systemd-journal group
         elif kind in ("directory", "files"):
             files += [Path(f) for f in getattr(src, "files", [])]
     extent = JournalExtent()

@@ -357,3 +357,21 @@ def test_simulate_writes_plain_logs_and_prints_the_next_command(tmp_path: Path) 
     command = shlex.split(nxt[0].removeprefix("next:"))
     proc = subprocess.run([str(INSTALLED), *command[1:], "-q"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_whole_journal_ingest_says_what_it_is_about_to_read(tmp_path: Path) -> None:
+    from conftest import export_to_journal
+
+    export = REPO / "fixtures" / "decode_restart_old_build" / "journal.export"
+    journal = export_to_journal(export.read_bytes(), tmp_path / "system.journal")
+    proc = installed("ingest", "--db", str(tmp_path / "a.duckdb"), "--journal-file", str(journal))
+    assert proc.returncode == 0, proc.stderr
+    line = one_line(proc.stderr)
+    assert line.startswith("pdforensics: no --since: reading the whole journal, 432 entries in 1 file ("), (
+        line
+    )
+    assert "from 2026-" in line and "--since 1h" in line
+    narrowed = installed(
+        "ingest", "--db", str(tmp_path / "b.duckdb"), "--journal-file", str(journal), "--since", "1d"
+    )
+    assert "reading the whole journal" not in narrowed.stderr

@@ -190,9 +190,9 @@ def _deadline_traces(deadlines: list[dict[str, Any]], timeout_s: float, grace_s:
         to_x.append(_ms(deadline - grace_s * US))
         to_text.append(escape(f"{who}: watchdog deadline ({timeout_s:g} s after it was pinned)"))
     return [
-        go.Scatter(x=held_x, y=held_y, mode="lines", name="open, before its deadline",
+        go.Scatter(x=held_x, y=held_y, mode="lines", name="open, before deadline + grace",
                    line={"color": "#0b61c4", "width": 3}, hoverinfo="skip"),
-        go.Scatter(x=over_x, y=over_y, mode="lines", name="open past its deadline",
+        go.Scatter(x=over_x, y=over_y, mode="lines", name="open past deadline + grace",
                    line={"color": "#b3261e", "width": 3, "dash": "dot"}, hoverinfo="skip"),
         go.Scatter(x=to_x, y=dl_y, mode="markers", name="watchdog deadline", customdata=dl_room,
                    hovertext=to_text, hoverinfo="text",
