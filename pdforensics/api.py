@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pdforensics import store
 from pdforensics.catalog import load_catalog
 from pdforensics.errors import UsageError
+from pdforensics.progress import IngestProgress
 from pdforensics.sources import Selection, Source, Window
 from pdforensics.timewindow import parse_instant, parse_window
 
@@ -86,7 +87,7 @@ def run_ingest(
         announce(extent.describe())
     con = store.open_db(db, wait_s=lock_wait_s)
     try:
-        with _progress(progress, extent.entries or None) as tick:
+        with IngestProgress(progress, extent.entries, input_files(sources)) as tick:
             summary = ingest(db, sources, selection, catalog, tz=tz, progress=tick, con=con)
         check_unit_globs(con, summary, selection, sources)
         verdict = _verdict_or_none(
@@ -125,35 +126,6 @@ def _verdict_or_none(con, since_us, until_us, watchdog_timeout, grace, sources, 
         since_us, until_us if until_us is not None or not live else now_us, watchdog_timeout, grace
     )
     return compute_verdict(con, opts)
-
-
-class _progress:
-    """A rich progress bar on stderr (only when asked and on a terminal): records read, of the
-    total and with an ETA when the journal headers give one."""
-
-    def __init__(self, enabled: bool, total: int | None = None) -> None:
-        self.enabled = enabled
-        self.total = total
-
-    def __enter__(self) -> Callable[[int], None] | None:
-        if not self.enabled:
-            return None
-        from rich import progress as rp
-        from rich.console import Console
-
-        of = " of {task.total:,.0f}" if self.total else ""
-        self._p = rp.Progress(
-            rp.SpinnerColumn(), rp.TextColumn("ingesting {task.completed:,.0f}" + of + " records"),
-            rp.BarColumn(), rp.TimeElapsedColumn(), rp.TimeRemainingColumn(), console=Console(stderr=True),
-            transient=True,
-        )  # fmt: skip
-        self._p.__enter__()
-        task = self._p.add_task("ingest", total=self.total)
-        return lambda n: self._p.advance(task, n)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            self._p.__exit__(None, None, None)
 
 
 # Instants the database and the views can hold: 0001-01-01 .. 9999-12-31 UTC. `--since 99999999999d`
@@ -316,6 +288,11 @@ def run_demo(out: Path, now_us: int) -> None:
         print_verdict(verdict, as_json=False)
     report = run_report(db, out / "incident.html", None, None, 60, None, False, now_us)
     print(f"\nreport: {report}\nquery:  pdforensics sql --db {db} stuck_requests")
+
+
+def input_files(sources: list[Source]) -> list[Path]:
+    """The plain/export/json files the sources read (journals are memory-mapped: not these)."""
+    return [Path(s.path) for s in sources if getattr(s, "kind", None) is None and getattr(s, "path", None)]
 
 
 # ------------------------------------------------------------------ what a journal holds

@@ -375,3 +375,48 @@ def test_a_whole_journal_ingest_says_what_it_is_about_to_read(tmp_path: Path) ->
         "ingest", "--db", str(tmp_path / "b.duckdb"), "--journal-file", str(journal), "--since", "1d"
     )
     assert "reading the whole journal" not in narrowed.stderr
+
+
+def test_input_positions_follow_the_kernels_read_offsets(tmp_path: Path) -> None:
+    from pdforensics.progress import InputPositions
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(b"x" * 10_000)
+    b.write_bytes(b"y" * 5_000)
+    pos = InputPositions([a, b])
+    assert (pos.total, pos.read_bytes()) == (15_000, 0)
+    fd = os.open(a, os.O_RDONLY)
+    try:
+        os.read(fd, 4_096)
+        assert pos.read_bytes() == 4_096  # an open file: how far it was read
+    finally:
+        os.close(fd)
+    assert pos.read_bytes() == 10_000  # seen open, now closed: read whole
+
+
+def test_ingest_on_a_terminal_shows_a_progress_bar_with_a_total(tmp_path: Path) -> None:
+    log = tmp_path / "sglang-prefill.log"
+    line = "[2026-11-29 10:00:00] Prefill batch, #new-seq: 1, #new-token: 2, #inflight-req: 0\n"
+    log.write_text(line * 2_000)
+    master, slave = os.openpty()  # stderr is a terminal: the bar is drawn
+    proc = subprocess.Popen([str(INSTALLED), "ingest", "--db", str(tmp_path / "a.duckdb"), "--file", str(log)],
+                            stdout=subprocess.PIPE, stderr=slave, env={**os.environ, "COLUMNS": "160"})  # fmt: skip
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65_536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
+    from rich.filesize import decimal
+
+    size = decimal(log.stat().st_size)  # "164.0 kB": the total is there from the first frame
+    assert re.search(rf"ingesting 0 records .*read 0\.0/{re.escape(size)}", text), text[-500:]
+    done = rf"ingesting 2,000 records .*read {re.escape(size.split()[0])}/{re.escape(size)}"
+    assert re.search(done, text), text[-500:]
