@@ -59,9 +59,9 @@ def print_ingest_summary(s: IngestSummary) -> None:
     read = s.records + s.skipped + s.rejected
     con.print(
         f"read {read:,} records with {', '.join(s.readers) or '-'} in {s.elapsed_s:.2f}s "
-        f"({read / s.elapsed_s if s.elapsed_s else 0:,.0f}/s): selected {s.records:,} (stored {s.stored:,}, "
-        f"already stored {s.duplicates:,}), outside the unit globs or window {s.skipped:,}, "
-        f"rejected {s.rejected:,}; of the stored, unrecognised {s.unrecognised:,}, parse errors {s.parse_errors:,}",
+        f"({read / s.elapsed_s if s.elapsed_s else 0:,.0f}/s): stored {s.stored:,}, "
+        f"already stored {s.duplicates:,}, outside selection {s.skipped:,}, rejected {s.rejected:,}, "
+        f"unrecognised {s.unrecognised:,}, parse errors {s.parse_errors:,}",
         markup=False,
     )
     unmatched = s.unmatched_units
