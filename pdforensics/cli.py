@@ -25,8 +25,8 @@ from pdforensics.errors import PdfError, UsageError, is_interrupt
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 EXIT_USAGE = 2
-# `--check` follows the monitoring-plugin convention: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
-CHECK_CODES = {"nothing_stuck": 0, "watchdog_fired": 1, "watchdog_missed": 2, "inconclusive": 3}
+# `--check` follows the monitoring-plugin convention (render.check_line): 0 OK, 1 WARNING,
+# 2 CRITICAL, 3 UNKNOWN.
 CHECK_HELP = (
     "Print one monitoring-plugin line (STATUS - text | perfdata) and exit 0 nothing_stuck, "
     "1 watchdog_fired, 2 watchdog_missed, 3 inconclusive (or the check itself failed)."
@@ -225,7 +225,13 @@ def ingest(
 ) -> None:
     """Read the journal and/or log files into the database, then print the one-line verdict."""
     from pdforensics.api import run_ingest
-    from pdforensics.render import print_check, print_ingest_json, print_ingest_summary, print_verdict_line
+    from pdforensics.render import (
+        check_code,
+        print_check,
+        print_ingest_json,
+        print_ingest_summary,
+        print_verdict_line,
+    )
 
     machine = json_out or check
     summary, verdict = run_ingest(
@@ -244,7 +250,7 @@ def ingest(
         if verdict is None:
             raise UsageError("no verdict could be computed for this ingest")
         print_check(verdict)
-        raise typer.Exit(CHECK_CODES.get(verdict.verdict, 3))
+        raise typer.Exit(check_code(verdict))
     if verdict is not None and not json_out:
         print_verdict_line(verdict)
     if summary.unmatched_units:  # a --unit glob that matched nothing: not a success
@@ -266,12 +272,12 @@ def verdict(
 ) -> None:
     """Was anything stuck, and did the watchdog fire? One verdict for the window, with reasons."""
     from pdforensics.api import run_verdict
-    from pdforensics.render import print_check, print_verdict
+    from pdforensics.render import check_code, print_check, print_verdict
 
     result = run_verdict(db, since, until, watchdog_timeout, grace, now_us=_now_us())
     if check:
         print_check(result)
-        raise typer.Exit(CHECK_CODES.get(result.verdict, 3))
+        raise typer.Exit(check_code(result))
     print_verdict(result, as_json=json_out)
 
 

@@ -126,11 +126,25 @@ CHECK_STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
 CHECK_CODES = {"nothing_stuck": 0, "watchdog_fired": 1, "watchdog_missed": 2, "inconclusive": 3}
 
 
+# Reasons that describe the setting (evidence level, watchdog deployment) rather than decide.
+_CONTEXT_REASONS = ("evidence level ", "watchdog deployed", "watchdog not deployed", "watchdog deployment")
+
+
+def deciding_reason(reasons: list[str]) -> str:
+    """The first reason that decides the verdict (the evidence and deployment lines come first)."""
+    return next((r for r in reasons if not r.startswith(_CONTEXT_REASONS)), reasons[0] if reasons else "")
+
+
+def check_code(v: Verdict) -> int:
+    """The exit code of `--check`: 0 nothing_stuck, 1 watchdog_fired, 2 watchdog_missed, 3 inconclusive."""
+    return CHECK_CODES.get(v.verdict, 3)
+
+
 def check_line(v: Verdict) -> str:
     """`STATUS - text | perfdata`, the monitoring-plugin convention (Nagios, Icinga, Sensu)."""
     data = v.to_json()
     status = CHECK_STATUS[CHECK_CODES.get(data["verdict"], 3)]
-    reason = " ".join((data["reasons"][0] if data["reasons"] else "").split()).replace("|", "/")
+    reason = " ".join(deciding_reason(data["reasons"]).split()).replace("|", "/")  # "|" starts perfdata
     perf = " ".join(f"{k}={n}" for k, n in data["counts"].items() if isinstance(n, int))
     text = f"{status} - {data['verdict']} ({data['evidence_level']})" + (f": {reason}" if reason else "")
     return f"{text} | {perf}" if perf else text

@@ -279,6 +279,7 @@ def test_verdict_check_is_one_plugin_line(incident_db: Path) -> None:
         status = line.split(" ", 1)[0]
         assert out.code == ("OK", "WARNING", "CRITICAL", "UNKNOWN").index(status)
         assert "requests=18" in line
+        assert "evidence level" not in line.split(" | ")[0], line  # the reason that decides, not the setting
 
 
 def test_verdict_check_maps_its_own_failures_to_unknown(incident_db: Path, tmp_path: Path) -> None:
