@@ -95,6 +95,7 @@ def _events_ddl() -> str:
 
 
 _LOCK_RETRY_S = 0.2
+_CREATING = re.compile(r"\.([^/\"']+)\.creating-\d+-\d+")
 
 
 def _is_lock_error(exc: duckdb.Error) -> bool:
@@ -102,7 +103,7 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
 
 
 def _friendly(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: float = 0.0) -> DatabaseError:
-    text = str(exc)
+    text = _CREATING.sub(r"\1", str(exc))  # the user named `path`, not open_db's temporary name for it
     if _is_lock_error(exc) or "lock" in text.lower():
         pid = re.search(r"PID (\d+)", text)
         if read_only:

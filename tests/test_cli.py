@@ -424,3 +424,12 @@ def test_ingest_on_a_terminal_shows_a_progress_bar_with_a_total(tmp_path: Path) 
     assert re.search(rf"ingesting 0 records .*read 0\.0/{re.escape(size)}", text), text[-500:]
     done = rf"ingesting 2,000 records .*read {re.escape(size.split()[0])}/{re.escape(size)}"
     assert re.search(done, text), text[-500:]
+
+
+def test_database_errors_name_the_db_path_not_a_temporary_one(tmp_path: Path) -> None:
+    # /proc refuses new files: DuckDB's error named open_db's `.x.duckdb.creating-PID-N` temp file
+    export = str(REPO / "fixtures" / "decode_restart_old_build" / "journal.export")
+    for out in both("ingest", "--db", "/proc/x.duckdb", "--file", export, "-q"):
+        assert out.code == 4, out
+        line = one_line(out.stderr)
+        assert "creating" not in line and '"/proc/x.duckdb"' in line, line
