@@ -171,7 +171,7 @@ def _panels(model: dict[str, Any], gantt_note: str) -> str:
 
 
 def _empty(text: str) -> str:
-    return f'<section id="empty" class="empty"><h2>Nothing to show</h2><p>{escape(text)}</p></section>'
+    return f'<section id="empty" class="nothing"><h2>Nothing to show</h2><p>{escape(text)}</p></section>'
 
 
 def render_page(model: dict[str, Any], figures: dict[str, dict[str, Any]], plotly_js: str) -> str:
