@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pdforensics import store
 from pdforensics.catalog import load_catalog
 from pdforensics.errors import UsageError
+from pdforensics.progress import IngestProgress
 from pdforensics.sources import Selection, Source, Window
 from pdforensics.timewindow import parse_instant, parse_window
 
@@ -69,7 +72,10 @@ def run_ingest(
     progress: bool,
     now_us: int,
     watchdog_dialect: str | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> tuple[IngestSummary, Verdict | None]:
+    """Ingest, then the window's verdict. `announce` gets one line saying what a whole-journal read
+    is about to read (entries, from when); `progress` shows a bar on stderr."""
     from pdforensics.ingest import ingest
 
     window = checked_window(since, until, now_us, tz)
@@ -77,10 +83,14 @@ def run_ingest(
     selection = Selection(window=window, units=tuple(units or ("sglang*",)))
     catalog = load_catalog(catalogs or [], watchdog=watchdog_dialect)
     sources = build_sources(directories, journal_files, files, host)
+    extent = journal_extent(sources)
+    if announce is not None and since is None and extent.entries:
+        announce(extent.describe())
     con = store.open_db(db, wait_s=lock_wait_s)
     try:
-        with _progress(progress) as tick:
+        with IngestProgress(progress, extent.entries, input_files(sources)) as tick:
             summary = ingest(db, sources, selection, catalog, tz=tz, progress=tick, con=con)
+        check_unit_globs(con, summary, selection, sources)
         verdict = _verdict_or_none(
             con, window.since_us, window.until_us, watchdog_timeout, grace, sources, now_us
         )
@@ -117,31 +127,6 @@ def _verdict_or_none(con, since_us, until_us, watchdog_timeout, grace, sources, 
         since_us, until_us if until_us is not None or not live else now_us, watchdog_timeout, grace
     )
     return compute_verdict(con, with_unit_environment(con, opts) if live else opts)
-
-
-class _progress:
-    """A rich progress counter on stderr (only when asked and on a terminal)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    def __enter__(self) -> Callable[[int], None] | None:
-        if not self.enabled:
-            return None
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self._p = Progress(
-            SpinnerColumn(), TextColumn("ingesting {task.completed:,} records"), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=True,
-        )  # fmt: skip
-        self._p.__enter__()
-        task = self._p.add_task("ingest", total=None)
-        return lambda n: self._p.advance(task, n)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.enabled:
-            self._p.__exit__(None, None, None)
 
 
 # Instants the database and the views can hold: 0001-01-01 .. 9999-12-31 UTC. `--since 99999999999d`
@@ -193,22 +178,64 @@ def with_unit_environment(con, opts: VerdictOptions) -> VerdictOptions:  # type:
 
 
 def run_timeline(db: Path, request: str, watchdog_timeout: float | None, grace: float | None):  # type: ignore[no-untyped-def]
-    from pdforensics.verdict import request_timeline
+    from pdforensics.verdict import ensure_views, request_timeline
 
     con = store.open_db(db, read_only=True)
     try:
-        return request_timeline(con, request, verdict_options(None, None, watchdog_timeout, grace))
+        ensure_views(con)
+        key = resolve_request(con, request)
+        return request_timeline(con, key, verdict_options(None, None, watchdog_timeout, grace))
     finally:
         con.close()
 
 
+# Candidates listed when a prefix is ambiguous.
+PREFIX_CANDIDATES = 8
+
+
+def resolve_request(con: Any, key: str) -> str:
+    """A room or rid as typed, or the one room/rid it is a unique prefix of (exports and reports
+    name spans by a rid's first 8 characters: `prefill Req 495bb5cf`)."""
+    key = key.strip()
+    if not key:
+        raise UsageError("REQUEST is empty: give a bootstrap_room or a rid (or a unique prefix of one)")
+    exact = con.execute(
+        "SELECT 1 FROM room_events WHERE rid = $k OR (TRY_CAST($k AS UBIGINT) IS NOT NULL "
+        "AND bootstrap_room = TRY_CAST($k AS UBIGINT)) LIMIT 1",
+        {"k": key},
+    ).fetchone()
+    if exact:
+        return key
+    rows = con.execute(
+        """SELECT DISTINCT bootstrap_room, CASE WHEN starts_with(rid, $k) THEN rid END AS rid
+           FROM room_events
+           WHERE starts_with(rid, $k) OR starts_with(CAST(bootstrap_room AS VARCHAR), $k)
+           ORDER BY 1, 2 LIMIT 200""",
+        {"k": key},
+    ).fetchall()
+    rooms = sorted({r[0] for r in rows})
+    if len(rooms) == 1:
+        return str(rooms[0])
+    if not rooms:
+        raise UsageError(
+            f"no request with bootstrap_room or rid {key!r} (or starting with it) in the database"
+        )
+    names = [r[1] or str(r[0]) for r in rows]
+    shown = ", ".join(dict.fromkeys(names[:PREFIX_CANDIDATES]))
+    more = f", … ({len(rooms)} requests)" if len(rooms) > PREFIX_CANDIDATES else ""
+    raise UsageError(f"{key!r} is the start of several requests: {shown}{more}; type more of it")
+
+
 def run_simulate(scenario: str, out: Path, now: str | None, seed: int, scale: float, now_us: int) -> Path:
-    from pdforensics.simulate import SCENARIOS, simulate
+    """The incident as journal export + json + expected.json, and as plain logs in out/plain/."""
+    from pdforensics.simulate import SCENARIOS, simulate, simulate_plain
 
     if scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {scenario!r}; one of: {', '.join(SCENARIOS)}")
     at = parse_instant(now, now_us) if now else now_us
-    return simulate(scenario, out, now_us=at, seed=seed, scale=scale)
+    path = simulate(scenario, out, now_us=at, seed=seed, scale=scale)
+    simulate_plain(scenario, out, now_us=at, seed=seed, scale=scale)
+    return path
 
 
 def run_report(
@@ -238,12 +265,16 @@ def run_sql(
     run_query(db, query, fmt, verdict_options(None, None, watchdog_timeout, grace), out)
 
 
-def run_export(db: Path, fmt: str, out: Path, watchdog_timeout: float | None, grace: float | None) -> Path:
+def run_export(
+    db: Path, fmt: str, out: Path, watchdog_timeout: float | None, grace: float | None,
+    since: str | None = None, until: str | None = None, now_us: int | None = None,
+) -> Path:  # fmt: skip
     from pdforensics.export import export
 
+    since_us, until_us = _window_us(since, until, now_us if now_us is not None else time.time_ns() // 1000)
     con = store.open_db(db, read_only=True)
     try:
-        return export(con, fmt, out, verdict_options(None, None, watchdog_timeout, grace))
+        return export(con, fmt, out, verdict_options(since_us, until_us, watchdog_timeout, grace))
     finally:
         con.close()
 
@@ -270,3 +301,130 @@ def run_demo(out: Path, now_us: int) -> None:
         print_verdict(verdict, as_json=False)
     report = run_report(db, out / "incident.html", None, None, 60, None, False, now_us)
     print(f"\nreport: {report}\nquery:  pdforensics sql --db {db} stuck_requests")
+
+
+def input_files(sources: list[Source]) -> list[Path]:
+    """The plain/export/json files the sources read (journals are memory-mapped: not these)."""
+    return [Path(s.path) for s in sources if getattr(s, "kind", None) is None and getattr(s, "path", None)]
+
+
+# ------------------------------------------------------------------ what a journal holds
+
+
+@dataclass
+class JournalExtent:
+    """What the journal files of the sources hold, from their headers (no entry is read)."""
+
+    entries: int = 0
+    files: int = 0
+    nbytes: int = 0
+    head_us: int | None = None
+
+    def describe(self) -> str:
+        from pdforensics.verdict import iso
+
+        since = iso(self.head_us) if self.head_us else "its first entry"
+        return (
+            f"no --since: reading the whole journal, {self.entries:,} entries in {self.files} "
+            f"file{'s' if self.files != 1 else ''} "
+            f"({self.nbytes / 1e6:,.0f} MB) from {since}; --since 1h reads the last hour only"
+        )
+
+
+# Journal file header (systemd journal-def.h): n_entries and head_entry_realtime, little-endian u64.
+_N_ENTRIES_AT, _HEAD_REALTIME_AT = 152, 184
+LOCAL_JOURNAL_DIRS = (Path("/var/log/journal"), Path("/run/log/journal"))
+
+
+def journal_extent(sources: list[Source]) -> JournalExtent:
+    """Entries, files, bytes and first entry time of the journal files the sources will read."""
+    files: list[Path] = []
+    for src in sources:
+        kind = getattr(src, "kind", None)
+        if kind == "local":
+            for d in LOCAL_JOURNAL_DIRS:
+                try:
+                    files += list(d.rglob("*.journal"))
+                except OSError:
+                    continue  # not ours to read: the reader names the systemd-journal group
+        elif kind in ("directory", "files"):
+            files += [Path(f) for f in getattr(src, "files", [])]
+    extent = JournalExtent()
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                header = fh.read(_HEAD_REALTIME_AT + 8)
+            size = f.stat().st_size
+        except OSError:
+            continue  # unreadable here: the reader says so, or skips it as journalctl does
+        if len(header) < _HEAD_REALTIME_AT + 8 or not header.startswith(b"LPKSHHRH"):
+            continue
+        extent.entries += int.from_bytes(header[_N_ENTRIES_AT : _N_ENTRIES_AT + 8], "little")
+        head = int.from_bytes(header[_HEAD_REALTIME_AT : _HEAD_REALTIME_AT + 8], "little")
+        if head and (extent.head_us is None or head < extent.head_us):
+            extent.head_us = head
+        extent.files += 1
+        extent.nbytes += size
+    return extent
+
+
+# ------------------------------------------------------------------ unit globs that match nothing
+
+
+def check_unit_globs(con: Any, summary: IngestSummary, selection: Selection, sources: list[Source]) -> None:
+    """Fill summary.unmatched_units (globs no stored line matches) and summary.units_present."""
+    from fnmatch import fnmatchcase
+
+    from pdforensics.sources.plain import PlainFileSource
+
+    filtered = [s for s in sources if not isinstance(s, PlainFileSource)]  # plain files: not filtered
+    if not filtered or summary.records + summary.skipped == 0:  # nothing read: "nothing was read" says so
+        return
+    sources = filtered
+    globs = [g for g in selection.units if g != "*"]
+    seen = {u.unit for u in summary.units if u.unit}
+    unmatched = [g for g in globs if not any(fnmatchcase(u, g) for u in seen)]
+    if unmatched:  # maybe stored by an earlier ingest (a re-ingest stores nothing new)
+        stored = {
+            r[0] for r in con.execute("SELECT DISTINCT unit FROM lines WHERE unit IS NOT NULL").fetchall()
+        }
+        unmatched = [g for g in unmatched if not any(fnmatchcase(u, g) for u in stored)]
+    if not unmatched:
+        return
+    summary.unmatched_units = unmatched
+    summary.units_present = units_present(sources, selection)
+
+
+def units_present(sources: list[Source], selection: Selection) -> list[str]:
+    """The units the sources hold (failure path only): journals from their field index, files by
+    reading them again with every unit selected."""
+    units: set[str] = set()
+    for src in sources:
+        kind = getattr(src, "kind", None)
+        if kind in ("local", "directory", "files"):
+            units |= _journal_units(src)
+            continue
+        every = Selection(window=selection.window, units=("*",))
+        for batch in src.batches(every, 65_536):
+            units |= set(batch.records["unit"].drop_nulls().unique().to_list())
+    return sorted(units)
+
+
+def _journal_units(src: Source) -> set[str]:
+    try:
+        from systemd import journal
+    except ImportError:
+        return set()
+    kind = getattr(src, "kind", None)
+    paths = [str(p) for p in getattr(src, "paths", [])]
+    try:
+        if kind == "directory":
+            reader = journal.Reader(path=paths[0])
+        elif kind == "files":
+            reader = journal.Reader(files=paths)
+        else:
+            reader = journal.Reader()
+        with reader:
+            return {str(u) for u in reader.query_unique("_SYSTEMD_UNIT")}
+    except OSError:
+        return set()

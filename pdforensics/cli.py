@@ -8,56 +8,128 @@ that need them so `--help` stays instant.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
+from typer._click import exceptions as click  # typer 0.29 vendors click; pinned <0.30
+from typer.core import TyperGroup
 
 from pdforensics.errors import PdfError, UsageError, install_stop_signals, interrupt_exit_code, is_interrupt
 
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+EXIT_USAGE = 2
+# `--check` follows the monitoring-plugin convention (render.check_line): 0 OK, 1 WARNING,
+# 2 CRITICAL, 3 UNKNOWN.
+CHECK_HELP = (
+    "Print one monitoring-plugin line (STATUS - text | perfdata) and exit 0 nothing_stuck, "
+    "1 watchdog_fired, 2 watchdog_missed, 3 inconclusive (or the check itself failed)."
+)
+
+
+class _OneLineErrors(TyperGroup):
+    """Every failure is one line on stderr and a documented exit code, under CliRunner too.
+
+    click's standalone mode prints usage errors as a box with a "Try --help" line; here
+    `standalone_mode=False` hands them to us instead, with PdfError, Ctrl-C and internal errors.
+    """
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(
+                args=argv, prog_name=prog_name or "pdforensics", standalone_mode=False, **extra
+            )
+        except BaseException as exc:
+            _fail(exc, argv)
+        if code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a silent exit 130: say what was kept
+            _err(INTERRUPTED)
+            sys.exit(interrupt_exit_code())
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
     name="pdforensics",
+    cls=_OneLineErrors,
     help="Was anything stuck on your SGLang PD deployment, and did the inflight watchdog fire?",
+    epilog="\b\nStart with:\n  pdforensics ingest --since 1h && pdforensics verdict",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # plain click help: no boxes, flags without a `<bool>` type column
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
 )
 
-EXIT_INTERNAL = 70
-EXIT_INTERRUPTED = 130
 
+def example(*commands: str) -> str:
+    """A command's epilog: its example(s), kept verbatim by click's `\\b` marker."""
+    return "\b\nExample:\n" + "\n".join(f"  {c}" for c in commands)
+
+
+# Options shared by several commands. Convention: a metavar that says what to type, and a help
+# text that ends with its default in brackets when typer cannot show one (a None default means
+# something: say what).
 DbOpt = Annotated[
     Path,
     typer.Option(
         "--db",
         envvar="PDFORENSICS_DB",
-        help="DuckDB file (env PDFORENSICS_DB).",
+        metavar="FILE",
+        help="DuckDB file.",
         show_default=True,
-        readable=False,  # our own check says what to do about it, in one line (click's is a box)
+        readable=False,  # our own check says what to do about it, in one line
     ),
 ]
+TIME_FORMS = "6min, 2h, '6 min ago', -6min, '2026-11-29 10:00:00', ISO 8601, @EPOCH"
 SinceOpt = Annotated[
     str | None,
-    typer.Option(help="Window start: 6min, 2h, '6 min ago', -6min, '2026-11-29 10:00:00', ISO 8601, @EPOCH."),
+    typer.Option(metavar="WHEN", help=f"Window start: {TIME_FORMS}. [default: everything in the database]"),
 ]
-UntilOpt = Annotated[str | None, typer.Option(help="Window end, same forms as --since (default: now).")]
+UntilOpt = Annotated[
+    str | None,
+    typer.Option(metavar="WHEN", help="Window end, same forms as --since. [default: the last line ingested]"),
+]
+IngestSinceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--since", metavar="WHEN",
+        help=f"Read from: {TIME_FORMS}. [default: the whole journal / every line of the files]",
+    ),
+]  # fmt: skip
+IngestUntilOpt = Annotated[
+    str | None,
+    typer.Option("--until", metavar="WHEN", help="Read up to, same forms as --since. [default: now]"),
+]
 TimeoutOpt = Annotated[
     float | None,
-    typer.Option("--watchdog-timeout", help="The watchdog timeout in seconds, if the logs do not say it."),
-]
+    typer.Option(
+        "--watchdog-timeout", metavar="SECONDS",
+        help="The watchdog timeout. [default: what the logs say (a firing's `stalled >Ns`), else 300 s]",
+    ),
+]  # fmt: skip
 WatchdogDialectOpt = Annotated[
     str | None,
     typer.Option(
-        "--watchdog",
-        help="The deployment's watchdog dialect (dsv4, slime, ...): only its watchdog lines count (default: any known).",
+        "--watchdog", metavar="NAME",
+        help="The deployment's watchdog dialect (dsv4, slime, ...): only its watchdog lines count. [default: any known]",
+    ),
+]  # fmt: skip
+GraceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--grace", metavar="SECONDS", help="Slack after the timeout before a pin counts. [default: 10 s]"
     ),
 ]
-GraceOpt = Annotated[
-    float | None, typer.Option("--grace", help="Slack after the timeout before a pin counts (s).")
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Machine-readable output (stable keys). [default: text]")
 ]
+CheckOpt = Annotated[bool, typer.Option("--check", help=CHECK_HELP)]
 DEFAULT_DB = Path("pdforensics.duckdb")
 
 
@@ -69,105 +141,167 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
+def _version(value: bool) -> None:
+    if value:
+        from pdforensics import __version__
+
+        typer.echo(f"pdforensics {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Was anything stuck on your SGLang PD deployment, and did the inflight watchdog fire?"""
+
+
 # ------------------------------------------------------------------- ingest
 
 
-@app.command()
+@app.command(epilog=example("pdforensics ingest --since 1h --unit 'sglang*'"))
 def ingest(
     db: DbOpt = DEFAULT_DB,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
+    since: IngestSinceOpt = None,
+    until: IngestUntilOpt = None,
     unit: Annotated[
         list[str] | None,
-        typer.Option("--unit", "-u", help="Unit glob, repeatable (default sglang*; * = all)."),
+        typer.Option(
+            "--unit",
+            "-u",
+            metavar="GLOB",
+            help="Unit glob, repeatable; '*' takes every unit. [default: sglang*]",
+        ),
     ] = None,
     directory: Annotated[
         list[Path] | None,
-        typer.Option("--directory", "-D", help="Journal directory (e.g. journal-remote).", readable=False),
+        typer.Option(
+            "--directory",
+            "-D",
+            metavar="DIR",
+            readable=False,
+            help="Journal directory (e.g. /var/log/journal/remote), repeatable. [default: the local journal, "
+            "when no --directory/--journal-file/--file is given]",
+        ),
     ] = None,
     journal_file: Annotated[
-        list[Path] | None, typer.Option("--journal-file", help="A .journal file.", readable=False)
+        list[Path] | None,
+        typer.Option(
+            "--journal-file",
+            metavar="FILE",
+            readable=False,
+            help="A .journal file, repeatable. [default: none]",
+        ),
     ] = None,
     file: Annotated[
         list[Path] | None,
         typer.Option(
             "--file",
             "-f",
-            help="journalctl -o json / -o export output, or a plain SGLang log (.gz ok).",
+            metavar="FILE",
             readable=False,
+            help="journalctl -o json / -o export output, or a plain SGLang log (.gz ok), repeatable. [default: none]",
         ),
     ] = None,
     tz: Annotated[
-        str | None, typer.Option(help="Time zone of zone-less log prefixes (default: inferred/local).")
+        str | None,
+        typer.Option(
+            metavar="ZONE", help="Time zone of zone-less log prefixes. [default: inferred, else local]"
+        ),
     ] = None,
-    host: Annotated[str | None, typer.Option(help="Host name for plain log files.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(metavar="NAME", help="Host name for plain log files. [default: local]"),
+    ] = None,
     catalog: Annotated[
-        list[Path] | None, typer.Option("--catalog", help="Extra catalog TOML, repeatable.")
+        list[Path] | None,
+        typer.Option(
+            "--catalog",
+            metavar="TOML",
+            help="Extra catalog TOML, repeatable. [default: the bundled one only]",
+        ),
     ] = None,
     watchdog: WatchdogDialectOpt = None,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print {ingest, verdict} as JSON instead of the summary.")
+    ] = False,
+    check: CheckOpt = False,
 ) -> None:
     """Read the journal and/or log files into the database, then print the one-line verdict."""
     from pdforensics.api import run_ingest
-    from pdforensics.render import print_ingest_summary, print_verdict_line
+    from pdforensics.render import (
+        check_code,
+        print_check,
+        print_ingest_json,
+        print_ingest_summary,
+        print_verdict_line,
+    )
 
+    machine = json_out or check
     summary, verdict = run_ingest(
         db=db, since=since, until=until, units=unit, directories=directory, journal_files=journal_file,
         files=file, tz=tz, host=host, catalogs=catalog, watchdog_timeout=watchdog_timeout, grace=grace,
-        progress=not quiet and sys.stderr.isatty(), now_us=_now_us(), watchdog_dialect=watchdog,
+        progress=not (quiet or machine) and sys.stderr.isatty(), now_us=_now_us(), watchdog_dialect=watchdog,
+        announce=None if quiet or machine else _err,
     )  # fmt: skip
-    if not quiet:
+    if json_out:
+        print_ingest_json(summary, verdict)
+    elif check:
+        pass
+    elif not quiet:
         print_ingest_summary(summary)
-    if verdict is not None:
+    if check:
+        if verdict is None:
+            raise UsageError("no verdict could be computed for this ingest")
+        print_check(verdict)
+        raise typer.Exit(check_code(verdict))
+    if verdict is not None and not json_out:
         print_verdict_line(verdict)
+    if summary.unmatched_units:  # a --unit glob that matched nothing: not a success
+        raise typer.Exit(1)
 
 
 # ------------------------------------------------------------------ verdict
 
 
-@app.command()
+@app.command(epilog=example("pdforensics verdict --since 1h --check"))
 def verdict(
     db: DbOpt = DEFAULT_DB,
     since: SinceOpt = None,
     until: UntilOpt = None,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output (stable keys).")] = False,
-    check: Annotated[
-        bool,
-        typer.Option("--check", help="Exit 0 nothing_stuck, 1 watchdog_fired, 2 watchdog_missed, 3 other."),
-    ] = False,
+    json_out: JsonOpt = False,
+    check: CheckOpt = False,
 ) -> None:
     """Was anything stuck, and did the watchdog fire? One verdict for the window, with reasons."""
     from pdforensics.api import run_verdict
-    from pdforensics.render import print_verdict
+    from pdforensics.render import check_code, print_check, print_verdict
 
     result = run_verdict(db, since, until, watchdog_timeout, grace, now_us=_now_us())
-    print_verdict(result, as_json=json_out)
     if check:
+        print_check(result)
         raise typer.Exit(check_code(result))
+    print_verdict(result, as_json=json_out)
 
 
-CHECK_CODES = {"nothing_stuck": 0, "watchdog_fired": 1, "watchdog_missed": 2, "inconclusive": 3}
-
-
-def check_code(result) -> int:  # type: ignore[no-untyped-def]
-    """The monitoring-plugin code; critical (2) too for a watchdog that fires but never recovers,
-    and for a queue the watchdog does not watch frozen with requests in it."""
-    if (result.verdict == "watchdog_fired" and result.recovery == "wedged") or result.stuck_elsewhere:
-        return 2
-    return CHECK_CODES.get(result.verdict, 3)
-
-
-@app.command()
+@app.command(epilog=example("pdforensics timeline 495bb5cf"))
 def timeline(
-    request: Annotated[str, typer.Argument(help="A bootstrap_room or a rid (either engine's).")],
+    request: Annotated[
+        str,
+        typer.Argument(
+            metavar="REQUEST", help="A bootstrap_room or a rid (either engine's), or a unique prefix."
+        ),
+    ],
     db: DbOpt = DEFAULT_DB,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """One request's timeline on both engines, with the evidence for its class."""
     from pdforensics.api import run_timeline
@@ -179,16 +313,21 @@ def timeline(
 # ------------------------------------------------------------------ simulate
 
 
-@app.command()
+@app.command(epilog=example("pdforensics simulate decode_restart_old_build --out incident"))
 def simulate(
     scenario: Annotated[str | None, typer.Argument(help="Scenario name (see --list).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder.")] = None,
-    now: Annotated[str | None, typer.Option(help="End of the incident (default: now).")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
-    scale: Annotated[float, typer.Option(help="Multiply the request rate.")] = 1.0,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", metavar="DIR", help="Output folder. [required]")
+    ] = None,
+    now: Annotated[
+        str | None,
+        typer.Option(metavar="WHEN", help="End of the incident, same forms as --since. [default: now]"),
+    ] = None,
+    seed: Annotated[int, typer.Option(metavar="N", help="Random seed.")] = 0,
+    scale: Annotated[float, typer.Option(metavar="X", help="Multiply the request rate.")] = 1.0,
     list_: Annotated[bool, typer.Option("--list", help="List the scenarios.")] = False,
 ) -> None:
-    """Write a realistic incident (journal export + json + plain logs + expected.json)."""
+    """Write a realistic incident: journal export + json + plain logs (plain/) + expected.json."""
     from pdforensics.api import run_simulate
     from pdforensics.simulate import SCENARIOS
 
@@ -199,21 +338,26 @@ def simulate(
     if out is None:
         raise UsageError("--out DIR is required")
     path = run_simulate(scenario, out, now, seed, scale, now_us=_now_us())
-    typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {path}: journal.export, journal.json, plain/*.log, expected.json")
+    typer.echo(f"next:  pdforensics ingest --db {path / 'incident.duckdb'} --file {path / 'journal.export'}")
 
 
 # ------------------------------------------------------------------ report / sql / export
 
 
-@app.command()
+@app.command(epilog=example("pdforensics report --since 1h --out incident.html"))
 def report(
     db: DbOpt = DEFAULT_DB,
-    out: Annotated[Path, typer.Option("--out", "-o", help="HTML file to write.")] = Path("incident.html"),
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="FILE", help="HTML file to write.")] = Path(
+        "incident.html"
+    ),
     since: SinceOpt = None,
     until: UntilOpt = None,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
-    show_prompts: Annotated[bool, typer.Option("--show-prompts", help="Do not redact prompt text.")] = False,
+    show_prompts: Annotated[
+        bool, typer.Option("--show-prompts", help="Keep prompt text. [default: prompts redacted]")
+    ] = False,
 ) -> None:
     """Write a self-contained HTML incident report (opens offline)."""
     from pdforensics.api import run_report
@@ -222,11 +366,18 @@ def report(
     typer.echo(f"wrote {path}")
 
 
-@app.command()
+@app.command(epilog=example('pdforensics sql "SET VARIABLE pdf_grace_s = 0; SELECT * FROM pins"'))
 def sql(
-    query: Annotated[str | None, typer.Argument(help="SQL text, or the name of a saved query.")] = None,
+    query: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="QUERY", help="SQL text, or the name of a saved query. [default: list the saved ones]"
+        ),
+    ] = None,
     db: DbOpt = DEFAULT_DB,
-    fmt: Annotated[str, typer.Option("--format", help="table|csv|json|ndjson|markdown")] = "table",
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="FORMAT", help="table|csv|json|ndjson|markdown")
+    ] = "table",
     list_: Annotated[bool, typer.Option("--list", help="List the saved queries.")] = False,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
@@ -237,23 +388,31 @@ def sql(
     run_sql(db, query, fmt, list_, watchdog_timeout, grace, sys.stdout)
 
 
-@app.command()
+@app.command(epilog=example("pdforensics export --format perfetto --out trace.json --since 1h"))
 def export(
-    fmt: Annotated[str, typer.Option("--format", help="parquet|perfetto|otlp|timesketch")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="File (or folder for parquet).")],
+    fmt: Annotated[
+        str, typer.Option("--format", metavar="FORMAT", help="parquet|perfetto|otlp|timesketch. [required]")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="PATH", help="File (or folder for parquet). [required]")
+    ],
     db: DbOpt = DEFAULT_DB,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
 ) -> None:
     """Export what was found for other tools: Parquet, Perfetto, OTLP, Timesketch."""
     from pdforensics.api import run_export
 
-    typer.echo(f"wrote {run_export(db, fmt, out, watchdog_timeout, grace)}")
+    typer.echo(f"wrote {run_export(db, fmt, out, watchdog_timeout, grace, since, until, _now_us())}")
 
 
-@app.command()
+@app.command(epilog=example("pdforensics demo --out demo"))
 def demo(
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the demo's files.")] = Path("demo"),
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="DIR", help="Folder for the demo's files.")
+    ] = Path("demo"),
 ) -> None:
     """Simulate the bundled incident, ingest it, print the verdict and write the report."""
     from pdforensics.api import run_demo
@@ -261,10 +420,15 @@ def demo(
     run_demo(out, now_us=_now_us())
 
 
-@app.command("catalog")
+@app.command("catalog", epilog=example("pdforensics catalog --catalog mine.toml"))
 def catalog_cmd(
     extra: Annotated[
-        list[Path] | None, typer.Option("--catalog", help="Extra catalog TOML, repeatable.")
+        list[Path] | None,
+        typer.Option(
+            "--catalog",
+            metavar="TOML",
+            help="Extra catalog TOML, repeatable. [default: the bundled one only]",
+        ),
     ] = None,
     watchdog: WatchdogDialectOpt = None,
 ) -> None:
@@ -370,7 +534,61 @@ def watch(
         raise typer.Exit(code)
 
 
+# ------------------------------------------------------------------ errors
+
 INTERRUPTED = "interrupted; every batch committed so far is kept, rerun to continue"
+
+
+def usage_line(exc: click.UsageError) -> str:
+    """click's usage error as one line: `no such option --sinc (did you mean --since?)`."""
+    if isinstance(exc, click.NoSuchOption):
+        close = difflib.get_close_matches(exc.option_name, exc.possibilities or [], n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        return f"no such option {exc.option_name}{hint}"
+    text = " ".join(exc.format_message().split()).rstrip(".")
+    text = text[:1].lower() + text[1:]
+    path = exc.ctx.command_path if exc.ctx is not None else "pdforensics"
+    return f"{text}; see `{path} -h`"
+
+
+def _check_requested(argv: list[str]) -> bool:
+    return "--check" in argv
+
+
+def _fail(exc: BaseException, argv: list[str]) -> NoReturn:
+    """One line and the exit code for each kind of failure; under --check the plugin's UNKNOWN."""
+    if isinstance(exc, SystemExit):
+        raise exc
+    if isinstance(exc, click.NoArgsIsHelpError):
+        sys.stdout.write(exc.format_message() + "\n")
+        sys.exit(EXIT_USAGE)
+    text, code = _describe(exc)
+    if _check_requested(argv):  # a monitoring plugin's own failure is UNKNOWN, never CRITICAL
+        sys.stdout.write(f"UNKNOWN - pdforensics: {text}\n")
+        sys.exit(3)
+    _err(text)
+    sys.exit(code)
+
+
+def _describe(exc: BaseException) -> tuple[str, int]:
+    if isinstance(exc, click.UsageError):
+        return usage_line(exc), EXIT_USAGE
+    if isinstance(exc, click.ClickException):
+        return " ".join(exc.format_message().split()), exc.exit_code
+    if isinstance(exc, PdfError):
+        return str(exc), exc.exit_code
+    if isinstance(exc, (KeyboardInterrupt, typer.Abort)) or is_interrupt(exc):
+        return INTERRUPTED, interrupt_exit_code()
+    if isinstance(exc, BrokenPipeError):  # `pdforensics ... | head`: stop quietly
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the interpreter flushes it at exit
+        sys.exit(0)
+    if os.environ.get("PDFORENSICS_DEBUG") or not isinstance(exc, Exception):
+        raise exc
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return (
+        f"internal error: {type(exc).__name__}: {first} (set PDFORENSICS_DEBUG=1 for the traceback)",
+        EXIT_INTERNAL,
+    )
 
 
 def _quiet_unraisable(info: sys.UnraisableHookArgs) -> None:
@@ -385,28 +603,7 @@ def main() -> None:
     if not os.environ.get("PDFORENSICS_DEBUG"):
         sys.unraisablehook = _quiet_unraisable
     install_stop_signals()  # SIGTERM, SIGHUP: the same orderly stop as Ctrl-C (exit 143, 129)
-    try:
-        app()
-    except PdfError as exc:
-        _err(str(exc))
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        _err(INTERRUPTED)
-        sys.exit(interrupt_exit_code())
-    except SystemExit as exc:
-        if exc.code == EXIT_INTERRUPTED:  # typer turns Ctrl-C into a silent exit 130: say what was kept
-            _err(INTERRUPTED)
-            sys.exit(interrupt_exit_code())
-        raise
-    except Exception as exc:  # never a traceback for the user; PDFORENSICS_DEBUG=1 shows it
-        if is_interrupt(exc):
-            _err(INTERRUPTED)
-            sys.exit(interrupt_exit_code())
-        if os.environ.get("PDFORENSICS_DEBUG"):
-            raise
-        first = (str(exc).strip().splitlines() or [""])[0]
-        _err(f"internal error: {type(exc).__name__}: {first} (set PDFORENSICS_DEBUG=1 for the traceback)")
-        sys.exit(EXIT_INTERNAL)
+    app()  # errors become one line in _OneLineErrors.main, also under typer's CliRunner
 
 
 if __name__ == "__main__":

@@ -48,6 +48,9 @@ class IngestSummary:
     views_s: float = 0.0  # (re)creating the classification views afterwards
     units: list[UnitCount] = field(default_factory=list)
     rejects_by_reason: dict[str, int] = field(default_factory=dict)
+    # Filled by api.check_unit_globs: --unit globs no line matched, and the units the sources hold.
+    unmatched_units: list[str] = field(default_factory=list)
+    units_present: list[str] = field(default_factory=list)
 
     @property
     def lines_per_s(self) -> float:

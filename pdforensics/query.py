@@ -144,24 +144,59 @@ def view_names(con: duckdb.DuckDBPyConnection) -> set[str]:
 
 @contextlib.contextmanager
 def prepared(
-    con: duckdb.DuckDBPyConnection, opts: VerdictOptions | None, materialise: bool = True
+    con: duckdb.DuckDBPyConnection,
+    opts: VerdictOptions | None,
+    materialise: bool = True,
+    settings: list[str] | None = None,
+    label: str = "query",
 ) -> Iterator[None]:
     """Views present, session variables set, and (when asked) the heavy views computed once.
 
     The verdict stage shadows the heavy views with temporary tables of their rows for the
     duration of one answer, so each is computed once rather than once per reference; a query
-    or an export here is one answer.
+    or an export here is one answer. `settings`: the query's own leading `SET VARIABLE`s, run
+    after the options and before the views are computed, so they count.
     """
     from pdforensics import verdict
 
     ensure_views(con)
     apply_options(con, opts)
+    for statement in settings or []:
+        execute(con, statement, label)
     cm = getattr(verdict, "materialised", None) or getattr(verdict, "_materialised", None)
     if not materialise or cm is None:
         yield
         return
     with cm(con):
         yield
+
+
+def split_settings(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], str]:
+    """(leading `SET VARIABLE` statements, the rest). The views are computed once per answer,
+    before the query runs: a `SET VARIABLE pdf_*` after the first query would be silently
+    ignored, so it is refused with the option that does the same."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error:
+        return [], sql  # execute() reports the parse error with its position
+    settings: list[str] = []
+    while statements and _SET_VARIABLE.match(statements[0].query):
+        settings.append(statements.pop(0).query)
+    for st in statements:
+        name = _SET_VARIABLE.match(st.query)
+        if name and name.group(1).lower().startswith("pdf_"):
+            option = _OPTION_OF.get(name.group(1).lower(), "the matching option")
+            raise UsageError(
+                f"SET VARIABLE {name.group(1)} after a query has no effect (the views are computed first): "
+                f"put it before the first query, or use {option}"
+            )
+    if not statements:  # nothing but settings: run them as the query (they print nothing)
+        return [], sql
+    return settings, "\n".join(st.query for st in statements)
+
+
+_SET_VARIABLE = re.compile(r"\s*SET\s+VARIABLE\s+(\w+)", re.IGNORECASE)
+_OPTION_OF = {"pdf_watchdog_timeout_s": "--watchdog-timeout", "pdf_grace_s": "--grace"}
 
 
 _READS = {"SELECT", "SET", "EXPLAIN", "MULTI", "VARIABLE_SET", "PRAGMA"}
@@ -193,8 +228,13 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, label: str = "query") -> d
         raise QueryError(_explain(exc, label)) from None
 
 
+# The views a query reads may be shadowed by temporary tables (verdict.materialised): DuckDB then
+# names them `"temp".main.requests`; the user wrote `requests`.
+_TEMP_NAME = re.compile(r'"*temp"*\.(?:"*main"*\.)?"*(\w+)"*')
+
+
 def _explain(exc: duckdb.Error, label: str) -> str:
-    text = str(exc).rstrip()
+    text = _TEMP_NAME.sub(r'"\1"', str(exc).rstrip())
     if "read-only mode" in text or "attached in read-only" in text:
         text += "\n(pdforensics sql is read-only: `pdforensics ingest` is what writes the database)"
     return f"{label} failed: {text}"
@@ -207,8 +247,9 @@ def run_query(db: Path, query: str, fmt: str, opts: VerdictOptions | None, out: 
     try:
         ensure_views(con)
         sql, label = resolve(query, con)
+        settings, sql = split_settings(con, sql)
         # A query over the tables alone need not pay for computing the views.
-        with prepared(con, opts, materialise=_worth_materialising(con, sql)):
+        with prepared(con, opts, materialise=_worth_materialising(con, sql), settings=settings, label=label):
             cur = execute(con, sql, label)
             try:
                 write_result(cur, fmt, out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,20 @@ def _console() -> Console:
     # sender wrote) or from the user: such text is never rich markup, only Text (or markup=False),
     # and `:name:` emoji codes are off, so a unit called "[/x]" or ":fire:" prints as itself.
     # (rich.markup.escape is not enough: it prints a trailing backslash twice.)
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False)
+    # Piped output (no tty) is not cut to rich's 80-column default: a table is as wide as its rows.
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False, width=_width(sys.stdout))
+
+
+# Columns for output that is not a terminal: wide enough for any table row, small enough that rich's
+# per-line buffers stay cheap. COLUMNS, when set, wins (as for every other tool).
+PIPE_WIDTH = 4096
+
+
+def _width(stream: Any) -> int | None:
+    if os.environ.get("COLUMNS", "").strip().isdigit():
+        return int(os.environ["COLUMNS"])
+    isatty = getattr(stream, "isatty", None)
+    return None if isatty is not None and isatty() else PIPE_WIDTH
 
 
 def print_ingest_summary(s: IngestSummary) -> None:
@@ -42,14 +56,28 @@ def print_ingest_summary(s: IngestSummary) -> None:
                       f"{u.recognised:,}", f"{u.parse_errors:,}")  # fmt: skip
     if s.units:
         con.print(table)
+    read = s.records + s.skipped + s.rejected
     con.print(
-        f"read {s.records:,} records with {', '.join(s.readers) or '-'} in {s.elapsed_s:.2f}s "
-        f"({s.lines_per_s:,.0f}/s): stored {s.stored:,}, already stored {s.duplicates:,}, "
-        f"outside selection {s.skipped:,}, rejected {s.rejected:,}, unrecognised {s.unrecognised:,}, "
-        f"parse errors {s.parse_errors:,}",
+        f"read {read:,} records with {', '.join(s.readers) or '-'} in {s.elapsed_s:.2f}s "
+        f"({read / s.elapsed_s if s.elapsed_s else 0:,.0f}/s): stored {s.stored:,}, "
+        f"already stored {s.duplicates:,}, outside selection {s.skipped:,}, rejected {s.rejected:,}, "
+        f"unrecognised {s.unrecognised:,}, parse errors {s.parse_errors:,}",
         markup=False,
     )
-    if s.records == 0:
+    unmatched = s.unmatched_units
+    if unmatched:
+        present = s.units_present
+        con.print(
+            f"  --unit {' '.join(repr(g) for g in unmatched)} matched no unit; the sources hold "
+            + (
+                f"{len(present)}: {', '.join(present[:40])}" + (", …" if len(present) > 40 else "")
+                if present
+                else "none"
+            )
+            + " (`--unit '*'` takes every unit)",
+            markup=False,
+        )
+    elif s.records == 0:
         # An empty ingest is the "found nothing" an operator must not mistake for "nothing happened".
         con.print(
             "  nothing was read: no record in the window for the unit globs "
@@ -91,3 +119,53 @@ def print_timeline(t: Any, as_json: bool) -> None:
     from pdforensics.verdict import render_timeline
 
     _console().print(render_timeline(t), markup=False)
+
+
+# Monitoring-plugin status words, by `verdict --check` exit code.
+CHECK_STATUS = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
+CHECK_CODES = {"nothing_stuck": 0, "watchdog_fired": 1, "watchdog_missed": 2, "inconclusive": 3}
+
+
+# Reasons that describe the setting (evidence level, watchdog deployment) rather than decide.
+_CONTEXT_REASONS = ("evidence level ", "watchdog deployed", "watchdog not deployed", "watchdog deployment")
+
+
+def deciding_reason(reasons: list[str]) -> str:
+    """The first reason that decides the verdict (the evidence and deployment lines come first)."""
+    return next((r for r in reasons if not r.startswith(_CONTEXT_REASONS)), reasons[0] if reasons else "")
+
+
+def check_code(v: Verdict) -> int:
+    """The exit code of `--check`: 0 nothing_stuck, 1 watchdog_fired, 2 watchdog_missed, 3 inconclusive;
+    critical (2) too for a watchdog that fires but never recovers (wedged), and for a queue the
+    watchdog does not watch frozen with requests in it (stuck elsewhere)."""
+    if (v.verdict == "watchdog_fired" and v.recovery == "wedged") or v.stuck_elsewhere:
+        return 2
+    return CHECK_CODES.get(v.verdict, 3)
+
+
+def check_line(v: Verdict) -> str:
+    """`STATUS - text | perfdata`, the monitoring-plugin convention (Nagios, Icinga, Sensu)."""
+    data = v.to_json()
+    status = CHECK_STATUS[check_code(v)]
+    reason = " ".join(deciding_reason(data["reasons"]).split()).replace("|", "/")  # "|" starts perfdata
+    perf = " ".join(f"{k}={n}" for k, n in data["counts"].items() if isinstance(n, int))
+    text = f"{status} - {data['verdict']} ({data['evidence_level']})" + (f": {reason}" if reason else "")
+    return f"{text} | {perf}" if perf else text
+
+
+def print_check(v: Verdict) -> None:
+    sys.stdout.write(check_line(v) + "\n")
+
+
+def ingest_json(s: IngestSummary) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    data = asdict(s)
+    data["read"] = s.records + s.skipped + s.rejected
+    return data
+
+
+def print_ingest_json(s: IngestSummary, v: Verdict | None) -> None:
+    doc = {"ingest": ingest_json(s), "verdict": None if v is None else v.to_json()}
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")

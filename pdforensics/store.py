@@ -98,6 +98,7 @@ _LOCK_RETRY_S = 0.2
 # A read-only open that meets a writer's lock retries this long before failing with one line:
 # `pdforensics watch` holds the file only for its short write transactions (see watch.py).
 READ_LOCK_WAIT_S = 3.0
+_CREATING = re.compile(r"\.([^/\"']+)\.creating-\d+-\d+")
 
 
 def _is_lock_error(exc: duckdb.Error) -> bool:
@@ -105,7 +106,7 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
 
 
 def _friendly(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: float = 0.0) -> DatabaseError:
-    text = str(exc)
+    text = _CREATING.sub(r"\1", str(exc))  # the user named `path`, not open_db's temporary name for it
     if _is_lock_error(exc) or "lock" in text.lower():
         pid = re.search(r"PID (\d+)", text)
         if read_only:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -86,3 +90,346 @@ def test_an_empty_ingest_says_so_and_the_verdict_names_no_window(tmp_path: Path)
     assert verdict.returncode == 0, verdict.stderr
     assert "window:  none (no line in the database" in verdict.stdout
     assert "inconclusive" in verdict.stdout.splitlines()[0]
+
+
+# ------------------------------------------------------------------ the operator's 3 a.m. (issue 16)
+# Each behaviour is checked twice: through typer's CliRunner (the app object) and through the
+# installed `pdforensics` command in a subprocess (what the operator types).
+
+INSTALLED = Path(sys.executable).parent / "pdforensics"
+
+
+def installed(
+    *args: str, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("PDFORENSICS_DEBUG", None)
+    full_env.pop("COLUMNS", None)
+    return subprocess.run([str(INSTALLED), *args], capture_output=True, text=True, cwd=cwd, env=full_env)
+
+
+@dataclass
+class Outcome:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def both(*args: str) -> list[Outcome]:
+    """The same command line through CliRunner and through the installed command."""
+    from typer.testing import CliRunner
+
+    from pdforensics.cli import app
+
+    res = CliRunner().invoke(app, list(args), env={"PDFORENSICS_DEBUG": ""})
+    proc = installed(*args)
+    return [
+        Outcome(res.exit_code, res.stdout, res.stderr),
+        Outcome(proc.returncode, proc.stdout, proc.stderr),
+    ]
+
+
+def one_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def incident_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's incident, ingested: 18 requests, 3 in flight, 2 lost."""
+    base = tmp_path_factory.mktemp("incident")
+    proc = installed(
+        "simulate", "decode_restart_old_build", "--out", str(base / "inc"), "--now", "@1764410000"
+    )
+    assert proc.returncode == 0, proc.stderr
+    db = base / "a.duckdb"
+    proc = installed("ingest", "--db", str(db), "--file", str(base / "inc" / "journal.export"), "-q")
+    assert proc.returncode == 0, proc.stderr
+    return db
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["ingest", "--sinc", "5"], "pdforensics: no such option --sinc (did you mean --since?)"),
+        (["ingest", "--quiet", "true"], "pdforensics: got unexpected extra argument(s) (true)"),
+        (["export"], "pdforensics: missing option '--format'"),
+        (["nope"], "pdforensics: no such command 'nope'"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args: list[str], line: str) -> None:
+    for out in both(*args):
+        assert out.code == 2, out
+        assert one_line(out.stderr).startswith(line), out.stderr
+        assert "╭" not in out.stderr and "Try '" not in out.stderr
+
+
+def test_dash_h_is_help_and_version_prints_the_version() -> None:
+    from pdforensics import __version__
+
+    for out in both("-h"):
+        assert out.code == 0 and "Commands:" in out.stdout
+    for out in both("verdict", "-h"):
+        assert out.code == 0 and "--check" in out.stdout
+    for out in both("--version"):
+        assert out.code == 0 and out.stdout.strip() == f"pdforensics {__version__}"
+
+
+def _option_help(command: str) -> dict[str, str]:
+    """Each option's help record of a command, as click renders it."""
+    import typer
+
+    from pdforensics.cli import app
+
+    group = typer.main.get_command(app)
+    cmd = group.commands[command]  # type: ignore[attr-defined]
+    ctx = cmd.make_context(command, [], resilient_parsing=True)
+    return {
+        p.opts[0]: " ".join(p.get_help_record(ctx) or ("", "")) for p in cmd.params if p.opts[0] != "--help"
+    }
+
+
+COMMANDS = ("ingest", "verdict", "timeline", "simulate", "report", "sql", "export", "demo", "catalog")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_no_bool_every_default_and_ends_with_an_example(command: str) -> None:
+    import typer
+
+    from pdforensics.cli import app
+
+    group = typer.main.get_command(app)
+    cmd = group.commands[command]  # type: ignore[attr-defined]
+    for opt, text in _option_help(command).items():
+        param = next(p for p in cmd.params if p.opts[0] == opt)
+        if param.param_type_name != "option":
+            continue
+        assert "<bool>" not in text and "<" not in text.split("  ")[0], text  # a metavar, never <type>
+        if not getattr(param, "is_flag", False):
+            assert "default:" in text or "[required]" in text, f"{command} {opt}: {text}"
+    for out in both(command, "--help"):
+        assert out.code == 0
+        tail = [line.strip() for line in out.stdout.splitlines() if line.strip()][-2:]
+        assert tail[0] == "Example:" and tail[1].startswith(f"pdforensics {command}"), out.stdout
+
+
+def test_none_defaults_say_what_they_mean_and_check_names_3_inconclusive() -> None:
+    ingest = _option_help("ingest")
+    assert "default: the whole journal" in ingest["--since"]
+    assert "else 300 s" in ingest["--watchdog-timeout"]
+    assert "3 inconclusive" in _option_help("verdict")["--check"]
+
+
+def test_piped_output_is_not_wrapped_at_80_columns(tmp_path: Path) -> None:
+    host = "h" + "-very-long-host-name" * 6  # 121 characters: rich folded it at 80 columns
+    log = tmp_path / "prefill.log"
+    log.write_text("[2026-11-29 10:00:00] Prefill batch, #new-seq: 1, #inflight-req: 0\n")
+    proc = installed("ingest", "--db", str(tmp_path / "a.duckdb"), "--file", str(log), "--host", host)
+    assert proc.returncode == 0, proc.stderr
+    assert host in proc.stdout, proc.stdout
+    assert any(line.startswith("read 1 records") for line in proc.stdout.splitlines()), proc.stdout
+
+
+def test_a_unit_glob_matching_nothing_lists_the_units_and_fails(tmp_path: Path) -> None:
+    export = REPO / "fixtures" / "decode_restart_old_build" / "journal.export"
+    for i, runner in enumerate((_cli_runner, installed)):
+        out = runner(
+            "ingest", "--db", str(tmp_path / f"{i}.duckdb"), "--file", str(export), "--unit", "sglan-*"
+        )
+        assert out_code(out) == 1, out
+        text = out_stdout(out)
+        assert "matched no unit" in text and "sglang-dsv4-prefill.service" in text, text
+        # "read" counts every record read: not "read 0 records ... all 432 records read"
+        assert "read 432 records" in text and "stored 0, already stored 0, outside selection 432," in text, (
+            text
+        )
+
+
+def _cli_runner(*args: str) -> Outcome:
+    from typer.testing import CliRunner
+
+    from pdforensics.cli import app
+
+    res = CliRunner().invoke(app, list(args))
+    return Outcome(res.exit_code, res.stdout, res.stderr)
+
+
+def out_code(out: Outcome | subprocess.CompletedProcess[str]) -> int:
+    return out.code if isinstance(out, Outcome) else out.returncode
+
+
+def out_stdout(out: Outcome | subprocess.CompletedProcess[str]) -> str:
+    return out.stdout
+
+
+def test_report_into_a_missing_folder_is_one_line_exit_2(incident_db: Path, tmp_path: Path) -> None:
+    for out in both("report", "--db", str(incident_db), "--out", str(tmp_path / "missing" / "r.html")):
+        assert out.code == 2, out
+        assert "folder" in one_line(out.stderr) and "does not exist" in out.stderr
+
+
+CHECK_LINE = re.compile(r"^(OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| (\w+=\d+ ?)+)?$")
+
+
+def test_verdict_check_is_one_plugin_line(incident_db: Path) -> None:
+    for out in both("verdict", "--db", str(incident_db), "--check"):
+        line = one_line(out.stdout)
+        assert CHECK_LINE.match(line), line
+        status = line.split(" ", 1)[0]
+        assert out.code == ("OK", "WARNING", "CRITICAL", "UNKNOWN").index(status)
+        assert "requests=18" in line
+        assert "evidence level" not in line.split(" | ")[0], line  # the reason that decides, not the setting
+
+
+def test_verdict_check_maps_its_own_failures_to_unknown(incident_db: Path, tmp_path: Path) -> None:
+    for out in both("verdict", "--db", str(tmp_path / "none.duckdb"), "--check"):
+        assert out.code == 3 and one_line(out.stdout).startswith("UNKNOWN - pdforensics: no database"), out
+    for out in both("verdict", "--db", str(incident_db), "--check", "--since", "soon-ish"):
+        assert out.code == 3 and one_line(out.stdout).startswith("UNKNOWN - "), out
+    import duckdb
+
+    holder = duckdb.connect(str(incident_db))  # an ingest holding the file
+    try:
+        proc = installed("verdict", "--db", str(incident_db), "--check")
+    finally:
+        holder.close()
+    assert proc.returncode == 3 and one_line(proc.stdout).startswith("UNKNOWN - pdforensics: "), proc
+
+
+STATUSES = ("OK", "WARNING", "CRITICAL", "UNKNOWN")
+
+
+def test_ingest_check_and_json(tmp_path: Path) -> None:
+    export = str(REPO / "fixtures" / "decode_restart_old_build" / "journal.export")
+    for out in both("ingest", "--db", str(tmp_path / "c.duckdb"), "--file", export, "--check"):
+        line = one_line(out.stdout)
+        assert CHECK_LINE.match(line), line
+        assert out.code == STATUSES.index(line.split()[0]), line
+    for out in both("ingest", "--db", str(tmp_path / "j.duckdb"), "--file", export, "--json"):
+        assert out.code == 0, out
+        doc = json.loads(out.stdout)
+        assert doc["ingest"]["read"] == 432 and doc["verdict"]["counts"]["requests"] == 18
+
+
+def _rids(db: Path) -> list[str]:
+    proc = installed(
+        "sql",
+        "--db",
+        str(db),
+        "--format",
+        "csv",
+        "SELECT prefill_rid FROM requests WHERE prefill_rid IS NOT NULL ORDER BY 1",
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split()[1:]
+
+
+def test_timeline_takes_a_unique_prefix_and_lists_an_ambiguous_one(incident_db: Path) -> None:
+    rids = _rids(incident_db)
+    unique = next(r[:8] for r in rids if sum(o.startswith(r[:8]) for o in rids) == 1)
+    for out in both("timeline", "--db", str(incident_db), unique, "--json"):
+        assert out.code == 0, out
+        assert json.loads(out.stdout)["request"]["prefill_rid"].startswith(unique)
+    first = rids[0][0]
+    for out in both("timeline", "--db", str(incident_db), first):
+        assert out.code == 2, out
+        line = one_line(out.stderr)
+        assert "start of several requests" in line and line.count(", ") >= 1, line
+
+
+def test_export_takes_since_and_until(incident_db: Path, tmp_path: Path) -> None:
+    whole, early = tmp_path / "whole.json", tmp_path / "early.json"
+    for path, extra in ((whole, []), (early, ["--until", "@1764409000"])):
+        proc = installed(
+            "export", "--db", str(incident_db), "--format", "perfetto", "--out", str(path), *extra
+        )
+        assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(early.read_text())["traceEvents"]) < len(
+        json.loads(whole.read_text())["traceEvents"]
+    )
+
+
+def test_simulate_writes_plain_logs_and_prints_the_next_command(tmp_path: Path) -> None:
+    out = tmp_path / "inc"
+    for runner in (_cli_runner, installed):
+        res = runner("simulate", "healthy", "--out", str(out))
+        assert out_code(res) == 0, res
+        assert sorted(p.name for p in (out / "plain").glob("*.log")), list(out.iterdir())
+        nxt = [line for line in res.stdout.splitlines() if line.startswith("next:")]
+        assert nxt and "pdforensics ingest" in nxt[0]
+    command = shlex.split(nxt[0].removeprefix("next:"))
+    proc = subprocess.run([str(INSTALLED), *command[1:], "-q"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_whole_journal_ingest_says_what_it_is_about_to_read(tmp_path: Path) -> None:
+    from conftest import export_to_journal
+
+    export = REPO / "fixtures" / "decode_restart_old_build" / "journal.export"
+    journal = export_to_journal(export.read_bytes(), tmp_path / "system.journal")
+    proc = installed("ingest", "--db", str(tmp_path / "a.duckdb"), "--journal-file", str(journal))
+    assert proc.returncode == 0, proc.stderr
+    line = one_line(proc.stderr)
+    assert line.startswith("pdforensics: no --since: reading the whole journal, 432 entries in 1 file ("), (
+        line
+    )
+    assert "from 2026-" in line and "--since 1h" in line
+    narrowed = installed(
+        "ingest", "--db", str(tmp_path / "b.duckdb"), "--journal-file", str(journal), "--since", "1d"
+    )
+    assert "reading the whole journal" not in narrowed.stderr
+
+
+def test_input_positions_follow_the_kernels_read_offsets(tmp_path: Path) -> None:
+    from pdforensics.progress import InputPositions
+
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(b"x" * 10_000)
+    b.write_bytes(b"y" * 5_000)
+    pos = InputPositions([a, b])
+    assert (pos.total, pos.read_bytes()) == (15_000, 0)
+    fd = os.open(a, os.O_RDONLY)
+    try:
+        os.read(fd, 4_096)
+        assert pos.read_bytes() == 4_096  # an open file: how far it was read
+    finally:
+        os.close(fd)
+    assert pos.read_bytes() == 10_000  # seen open, now closed: read whole
+
+
+def test_ingest_on_a_terminal_shows_a_progress_bar_with_a_total(tmp_path: Path) -> None:
+    log = tmp_path / "sglang-prefill.log"
+    line = "[2026-11-29 10:00:00] Prefill batch, #new-seq: 1, #new-token: 2, #inflight-req: 0\n"
+    log.write_text(line * 2_000)
+    master, slave = os.openpty()  # stderr is a terminal: the bar is drawn
+    proc = subprocess.Popen([str(INSTALLED), "ingest", "--db", str(tmp_path / "a.duckdb"), "--file", str(log)],
+                            stdout=subprocess.PIPE, stderr=slave, env={**os.environ, "COLUMNS": "160"})  # fmt: skip
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65_536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
+    from rich.filesize import decimal
+
+    size = decimal(log.stat().st_size)  # "164.0 kB": the total is there from the first frame
+    assert re.search(rf"ingesting 0 records .*read 0\.0/{re.escape(size)}", text), text[-500:]
+    done = rf"ingesting 2,000 records .*read {re.escape(size.split()[0])}/{re.escape(size)}"
+    assert re.search(done, text), text[-500:]
+
+
+def test_database_errors_name_the_db_path_not_a_temporary_one(tmp_path: Path) -> None:
+    # /proc refuses new files: DuckDB's error named open_db's `.x.duckdb.creating-PID-N` temp file
+    export = str(REPO / "fixtures" / "decode_restart_old_build" / "journal.export")
+    for out in both("ingest", "--db", "/proc/x.duckdb", "--file", export, "-q"):
+        assert out.code == 4, out
+        line = one_line(out.stderr)
+        assert "creating" not in line and '"/proc/x.duckdb"' in line, line

@@ -1,7 +1,7 @@
 """The documented tables and views are the database's: every relation, column and type, both ways.
 
-The documentation is README.md when it holds the schema section,
-else docs/schema.md. Its format:
+The documentation is docs/reference.md (the README keeps what a newcomer needs and links to it).
+Its format:
 
     ### `requests` (view)
     Columns: every column of `events`, then:        <- optional: inherit another's columns
@@ -37,12 +37,7 @@ Schema = dict[str, tuple[str, list[tuple[str, str]]]]  # name -> (kind, [(column
 
 
 def doc_path() -> Path:
-    readme = REPO / "README.md"
-    if readme.exists() and any(
-        HEADING.match(line) for line in readme.read_text(encoding="utf-8").splitlines()
-    ):
-        return readme
-    return REPO / "docs" / "schema.md"
+    return REPO / "docs" / "reference.md"
 
 
 def parse_doc(text: str) -> Schema:
@@ -278,3 +273,15 @@ if __name__ == "__main__":
         live_now = build_live(Path(tmp) / "live.duckdb")
     doc = parse_doc(doc_path().read_text(encoding="utf-8")) if doc_path().exists() else {}
     sys.stdout.write(_skeleton(live_now, doc) + "\n")
+
+
+def test_the_readme_is_for_newcomers_and_links_the_reference() -> None:
+    """The reference lives in docs/reference.md; the README starts with the two commands."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert not [line for line in readme.splitlines() if HEADING.match(line)], (
+        "reference sections in README.md"
+    )
+    assert "docs/reference.md" in readme
+    first_block = _blocks(readme, "sh")[0]
+    assert "./dev demo" in first_block and "./dev test" in first_block
+    assert len(readme.splitlines()) < 250

@@ -327,3 +327,125 @@ def test_demo_incident_report_shows_the_ground_truth(tmp_path: Path) -> None:
     units = tables["units"]
     engine = [c["key"] for c in units["columns"]].index("engine")
     assert {r[engine] for r in units["rows"]} >= {"prefill", "decode"}
+
+
+# ------------------------------------------------------------------ the operator's 3 a.m. (issue 16)
+
+
+def _prefill_gauges(page: str) -> list[dict]:
+    timeline = _data_block(page, "pdf-fig-timeline")
+    return [t for t in timeline["data"] if t.get("legendgroup") and (t.get("yaxis") in (None, "y"))]
+
+
+def test_the_inflight_floor_is_the_main_prefill_line_and_matches_the_view(
+    report: str, synth_db: Path
+) -> None:
+    from pdforensics.verdict import apply_options, ensure_views
+
+    gauges = _prefill_gauges(report)
+    floor = [t for t in gauges if t["legendgroup"] == "inflight_floor"]
+    assert floor, [t["name"] for t in gauges]
+    assert "#inflight-req − #new-seq" in floor[0]["name"]
+    assert floor[0]["line"]["width"] == max(t["line"]["width"] for t in gauges)
+    con = store.open_db(synth_db, read_only=True)
+    try:
+        ensure_views(con)
+        apply_options(con, OPTS)
+        view = [r[0] for r in con.execute(
+            "SELECT floor FROM inflight_gauge WHERE tp_rank = (SELECT min(tp_rank) FROM inflight_gauge) ORDER BY t_us"
+        ).fetchall()]  # fmt: skip
+    finally:
+        con.close()
+    assert sorted(v for t in floor for v in t["y"]) == sorted(view)
+
+
+def test_count_axes_have_whole_number_ticks_and_gauges_fixed_colours(report: str, tmp_path: Path) -> None:
+    from pdforensics.report.figures import GAUGE_STYLE, count_dtick
+
+    layout = _data_block(report, "pdf-fig-timeline")["layout"]
+    for axis in ("yaxis", "yaxis2"):  # prefill and decode queues: counts of requests
+        assert layout[axis]["tickformat"] == ",d" and isinstance(layout[axis]["dtick"], int), layout[axis]
+    assert [count_dtick(n) for n in (0, 1, 6, 7, 13, 30, 31, 290, 5000)] == [1, 1, 1, 2, 5, 5, 10, 50, 1000]
+    db, _ = ingest_fixture("decode_restart_old_build", tmp_path / "demo.duckdb")
+    con = store.open_db(db, read_only=True)
+    try:
+        other = write_report(con, tmp_path / "other.html", OPTS).read_text()
+    finally:
+        con.close()
+    for page in (report, other):  # the same gauge has the same colour in every report
+        for t in _data_block(page, "pdf-fig-timeline")["data"]:
+            if t.get("legendgroup") in GAUGE_STYLE:
+                assert t["line"]["color"] == GAUGE_STYLE[t["legendgroup"]][0]
+
+
+def test_dp_streams_share_one_legend_entry_per_gauge() -> None:
+    from pdforensics.report import figures
+
+    gauges = [
+        {"engine": "prefill", "stream": f"p0 prefill DP{dp}", "metric": metric, "label": label,
+         "x_us": [0, 1_000_000], "y": [dp, 0], "agg": None}
+        for dp in range(24)
+        for metric, label in (("inflight_floor", "inflight floor"), ("inflight_req", "#inflight-req"),
+                              ("bootstrap_req", "#bootstrap-req"), ("queue_req", "#queue-req"))
+    ]  # fmt: skip
+    fig = figures.timeline(gauges, [], [], [], [], [], [], (0, 2_000_000), 60.0, 10.0)
+    entries = [t["name"] for t in fig["data"] if t.get("showlegend") is not False]
+    assert len([t for t in fig["data"] if t.get("legendgroup")]) == 96
+    assert entries == ["inflight floor (24 streams)", "#inflight-req (24 streams)", "#bootstrap-req (24 streams)",
+                       "#queue-req (24 streams)"]  # fmt: skip
+    assert fig["layout"]["yaxis"]["dtick"] == 5  # peak 23: whole ticks 0, 5, 10, 15, 20
+
+
+def test_deadline_and_deadline_plus_grace_are_two_marks(tmp_path: Path) -> None:
+    db, _ = ingest_fixture("decode_restart_old_build", tmp_path / "demo.duckdb")
+    con = store.open_db(db, read_only=True)
+    try:
+        page = write_report(
+            con, tmp_path / "r.html", VerdictOptions(watchdog_timeout_s=60, grace_s=10)
+        ).read_text()
+    finally:
+        con.close()
+    traces = {t.get("name"): t for t in _data_block(page, "pdf-fig-timeline")["data"]}
+    deadline, graced = traces["watchdog deadline"], traces["deadline + grace"]
+    assert deadline["x"] and [g - d for d, g in zip(deadline["x"], graced["x"], strict=True)] == [
+        10_000
+    ] * len(deadline["x"])
+    assert "60 s after it was pinned" in deadline["hovertext"][0]
+    assert "deadline + grace (60 s + 10 s" in graced["hovertext"][0]
+    points = [p["what"] for d in _data_block(page)["requests"].values() for p in d["points"]]
+    assert "watchdog deadline" in points and "deadline + grace" in points
+
+
+def _empty_report(db: Path, out: Path, opts: VerdictOptions) -> str:
+    con = store.open_db(db, read_only=True)
+    try:
+        return write_report(con, out, opts).read_text()
+    finally:
+        con.close()
+
+
+def test_an_empty_window_says_what_to_check_instead_of_empty_panels(synth_db: Path, tmp_path: Path) -> None:
+    empty_db = tmp_path / "empty.duckdb"
+    store.open_db(empty_db).close()
+    page = _empty_report(empty_db, tmp_path / "e.html", OPTS)
+    assert "nothing was ingested: check --unit / --since / journal access" in page
+    assert 'id="fig-timeline"' not in page and 'class="chip"' not in page
+    elsewhere = VerdictOptions(
+        watchdog_timeout_s=60, since_us=1_000_000_000_000_000, until_us=1_000_000_100_000_000
+    )
+    page = _empty_report(synth_db, tmp_path / "w.html", elsewhere)
+    assert "no line in this window; the database holds lines from" in page
+    assert "undecided" not in re.search(r'<section id="verdict".*?</section>', page, re.S).group(0)  # type: ignore[union-attr]
+
+
+# Sentences the report itself writes (notes, table titles and descriptions, gantt note): no doubled
+# or stacked parentheses, no "x:;". (Sentences built by the SQL views are the views' business.)
+BAD_SENTENCE = re.compile(r"\(\(|\)\)|\) \(|:;|;;| ,|\(\s|\s\)")
+
+
+def test_the_reports_own_sentences_read_cleanly(report: str) -> None:
+    data = _data_block(report)
+    texts = [t["title"] for t in data["tables"]] + [t.get("description") or "" for t in data["tables"]]
+    texts += re.findall(r'<div class="muted">(.*?)</div>', report) + re.findall(r"<li>(.*?)</li>", report)
+    own = [s for s in texts if "watchdog deployed" not in s and "request(s)" not in s]  # (SQL-built reasons)
+    assert own and [s for s in own if BAD_SENTENCE.search(s)] == []

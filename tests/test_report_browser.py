@@ -170,3 +170,73 @@ def test_hostile_log_lines_stay_inert(browser: Any, reports: dict[str, Path]) ->
 def test_screenshot_helper_writes_a_png(browser: Any, reports: dict[str, Path], tmp_path: Path) -> None:
     out = screenshot(reports["redacted"], tmp_path / "report.png", height=900, browser=browser)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------ any screen (issue 16)
+
+SIZES = {"desktop": (1400, 1000), "phone": (390, 844)}
+MIN_PLOT_PX = 300
+
+# Each subplot's plot area is plotly's drag rectangle (`rect.nsewdrag`): its width is what is left
+# for the data after margins and legends.
+PLOT_AREAS = """() => Array.from(document.querySelectorAll('#fig-timeline .nsewdrag, #fig-gantt .nsewdrag'))
+  .map(r => r.getBoundingClientRect().width)"""
+LEGENDS = """() => Array.from(document.querySelectorAll('#fig-timeline .legend, #fig-gantt .legend'))
+  .map(l => { const b = l.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; })"""
+
+
+def _open(browser: Any, path: Path, size: str) -> Any:
+    width, height = SIZES[size]
+    page = browser.new_page(viewport={"width": width, "height": height}, device_scale_factor=1)
+    page.goto(path.resolve().as_uri())
+    wait_rendered(page)
+    return page
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_the_report_is_usable_at_desktop_and_phone_size(
+    browser: Any, reports: dict[str, Path], size: str, tmp_path: Path
+) -> None:
+    page = _open(browser, reports["redacted"], size)
+    try:
+        width = SIZES[size][0]
+        shot = tmp_path / f"report-{size}.png"
+        page.screenshot(path=str(shot), full_page=True)
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        areas = page.evaluate(PLOT_AREAS)
+        assert areas and min(areas) >= MIN_PLOT_PX, areas  # plots keep room for their data
+        # the page never scrolls sideways; wide tables scroll inside their own box
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        boxes = page.evaluate(
+            "() => Array.from(document.querySelectorAll('.tbl .scroll')).map(b => [b.clientWidth, b.scrollWidth])"
+        )
+        assert boxes and all(client <= width for client, _ in boxes)
+        nav = page.evaluate("() => document.querySelector('nav.toc').getBoundingClientRect().right")
+        assert nav <= width
+        if size == "phone":
+            assert any(scroll > client for client, scroll in boxes), (
+                "no table wider than a phone: test is moot"
+            )
+            # legends below their plot, inside the page; swimlane labels shortened
+            for left, _top, right, _bottom in page.evaluate(LEGENDS):
+                assert left >= 0 and right <= width
+            ticks = page.evaluate(
+                "() => Array.from(document.querySelectorAll('#fig-gantt .ytick text')).map(t => t.textContent)"
+            )
+            assert ticks and max(len(t) for t in ticks) <= 12, ticks
+    finally:
+        page.close()
+
+
+def test_an_empty_window_in_the_browser_names_what_to_check(browser: Any, tmp_path: Path) -> None:
+    db = tmp_path / "empty.duckdb"
+    store.open_db(db).close()
+    report = _write(db, tmp_path / "empty.html", False)
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    try:
+        page.goto(report.resolve().as_uri())
+        assert "nothing was ingested: check --unit / --since / journal access" in page.inner_text("#empty")
+        assert page.locator(".chip").count() == 0
+        assert page.inner_text("#js-error") == ""
+    finally:
+        page.close()

@@ -298,3 +298,28 @@ def test_cli_missing_database(tmp_path: Path) -> None:
     res = _cli("--db", str(tmp_path / "none.duckdb"), "SELECT 1")
     assert res.returncode == 4
     assert "run `pdforensics ingest` first" in res.stderr
+
+
+# ------------------------------------------------------------------ SET VARIABLE in the query (issue 16)
+
+
+def test_a_leading_set_variable_counts_like_the_option(db: Path) -> None:
+    # The views are computed once per answer before the query runs: a SET VARIABLE in the query
+    # text used to be applied after that, and silently ignored.
+    sql = "SET VARIABLE pdf_watchdog_timeout_s = 60; SELECT room, class FROM requests"
+    classes = {r["room"]: r["class"] for r in rows(db, sql, VerdictOptions())}
+    assert classes[str(synthdb.ROOM_PINNED)] == "silent_pin"
+    sql = "SET VARIABLE pdf_watchdog_timeout_s = 300; SELECT room, class FROM requests"
+    classes = {r["room"]: r["class"] for r in rows(db, sql, OPTS)}
+    assert classes[str(synthdb.ROOM_PINNED)] != "silent_pin"
+
+
+def test_a_set_variable_after_a_query_is_refused_with_the_option(db: Path) -> None:
+    with pytest.raises(UsageError, match=r"put it before the first query, or use --grace"):
+        run(db, "SELECT 1; SET VARIABLE pdf_grace_s = 500; SELECT * FROM pins")
+
+
+def test_errors_name_the_view_not_its_temporary_shadow(db: Path) -> None:
+    with pytest.raises(query.QueryError) as err:
+        run(db, "SELECT * FROM requests, requests")
+    assert "temp" not in str(err.value) and '"requests"' in str(err.value)

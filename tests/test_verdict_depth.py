@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pdforensics.cli import check_code
+from pdforensics.render import check_code
 from tests.test_classification import traffic
 from tests.verdict_helpers import DECODE, PREFILL, Log, room
 

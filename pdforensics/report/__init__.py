@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdforensics.errors import UsageError
 from pdforensics.report.data import Limits
 
 if TYPE_CHECKING:
@@ -50,12 +51,30 @@ def write_report(
     from pdforensics.report.html import render_page
 
     out = Path(out)
+    check_out(out)  # before the work: a typo in --out must not cost the whole report
     model, figures = build_model(con, opts, show_prompts, limits or Limits())
     page = render_page(model, figures, _plotly_js())
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        tmp.write_text(page, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     return out
+
+
+def check_out(out: Path) -> None:
+    """--out names a file in a folder that exists and can be written: else one line, exit 2."""
+    if out.is_dir():
+        raise UsageError(
+            f"--out {out} is a folder: name the HTML file to write, e.g. {out / 'incident.html'}"
+        )
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"cannot write --out {out}: folder {folder} does not exist (create it first)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write --out {out}: folder {folder} is not writable")
 
 
 def _plotly_js() -> str:
@@ -95,17 +114,21 @@ def _assemble(
     ctx = data.open_ctx(con, limits, show_prompts, fallback)
     try:
         window = (ctx.start_t, ctx.end_t)
+        lo, hi = data._host_window(ctx)
+        any_line = con.execute("SELECT 1 FROM lines WHERE ts_us BETWEEN ? AND ? LIMIT 1", [lo, hi]).fetchone()
+        if hi < lo or not any_line:  # no line in the window: say what to check, not empty panels
+            return _empty_model(con, verdict, window, show_prompts), {}
         restarts = data.restarts(ctx)
         holes = data.holes(ctx)
         storms = data.abort_storms(ctx)
         deadlines, _ = data.open_deadlines(ctx)
         timeline = figures.timeline(
             data.gauge_series(ctx), [data.point_markers(ctx, k) for k in ("watchdog", "abort", "failure")],
-            data.lifecycle_points(ctx), restarts, holes, storms, deadlines, window, ctx.timeout_s,
+            data.lifecycle_points(ctx), restarts, holes, storms, deadlines, window, ctx.timeout_s, ctx.grace_s,
         )  # fmt: skip
         lanes, not_done = data.gantt_requests(ctx)
         for r in lanes:
-            r["phases"], r["points"] = data.spans(r, ctx.end_t), data.points(r)
+            r["phases"], r["points"] = data.spans(r, ctx.end_t), data.points(r, ctx.grace_s)
         gantt = figures.gantt(lanes, window, restarts)
         req_table, req_rows = data.requests_table(ctx)
         tables = [
@@ -141,6 +164,30 @@ def _assemble(
         return model, {"timeline": timeline, "gantt": gantt}
     finally:
         data.close_ctx(ctx)
+
+
+NOTHING_INGESTED = "nothing was ingested: check --unit / --since / journal access"
+
+
+def _empty_model(
+    con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], window: tuple[int, int], show_prompts: bool
+) -> dict[str, Any]:
+    """The page for a window without a single line: the verdict's reasons and what to check."""
+    first, last = con.execute("SELECT min(ts_us), max(ts_us) FROM lines").fetchone() or (None, None)
+    if first is None:
+        empty = NOTHING_INGESTED
+    else:
+        empty = (
+            f"no line in this window; the database holds lines from {_iso(first)} to {_iso(last)} UTC: "
+            "check --since / --until (or ingest this window: --unit / --since / journal access)"
+        )
+    view = _verdict_view(verdict, {})
+    view["counts"] = {}  # counts of nothing ("undecided: 1" with 0 requests) would read as findings
+    return {
+        "meta": _meta(con, window, show_prompts), "verdict": view, "notes": [], "tables": [], "requests": {},
+        "phase_colors": {}, "window": {"start_us": window[0], "end_us": window[1]}, "legend": [],
+        "gantt_note": "", "empty": empty,
+    }  # fmt: skip
 
 
 def _rooms(t: dict[str, Any]) -> list[str]:

@@ -52,7 +52,11 @@ CLASS_ORDER = [
     "completed",
 ]
 
+# The inflight floor first: #inflight-req minus the batch's #new-seq (`pdf_floor`, the `floor` of
+# the `inflight_gauge` view), the number the verdict reads; the raw gauges follow.
+FLOOR = ("inflight_floor", "inflight floor (#inflight-req − #new-seq)")
 PREFILL_GAUGES = [
+    FLOOR,
     ("inflight_req", "#inflight-req"),
     ("bootstrap_req", "#bootstrap-req"),
     ("queue_req", "#queue-req"),
@@ -154,7 +158,10 @@ def gauge_series(ctx: Ctx) -> list[dict[str, Any]]:
     """
     lo, hi = _host_window(ctx)
     metrics = [m for m, _ in PREFILL_GAUGES + DECODE_GAUGES] + [THROUGHPUT[0]]
-    cols = ", ".join(metrics)
+    cols = ", ".join(
+        "pdf_floor(e.inflight_req, e.new_seq, e.entry) AS inflight_floor" if m == FLOOR[0] else m
+        for m in metrics
+    )
     ctx.con.execute(
         f"""CREATE OR REPLACE TEMP TABLE _rpt_stats AS
         WITH s AS (
@@ -175,7 +182,7 @@ def gauge_series(ctx: Ctx) -> list[dict[str, Any]]:
         bucket_us = max(US, math.ceil((ctx.end_t - ctx.start_t) / ctx.limits.gauge_points / US) * US)
         ctx.notes.append(
             f"Gauges: up to {n_max[0]:,} batch lines per engine were cut into {bucket_us // US} s buckets "
-            "(maximum per bucket; #inflight-req also shows the minimum, its floor)."
+            "(maximum per bucket; the inflight floor shows the minimum, since a pin is a floor that stays up)."
         )
     frame = _stats_frame(ctx, metrics, bucket_us)
     ctx.con.execute("DROP TABLE IF EXISTS _rpt_stats")
@@ -185,11 +192,11 @@ def gauge_series(ctx: Ctx) -> list[dict[str, Any]]:
 def _stats_frame(ctx: Ctx, metrics: list[str], bucket_us: int) -> pl.DataFrame:
     if not bucket_us:
         return query_pl(ctx.con, "SELECT * FROM _rpt_stats ORDER BY host, engine, dp, t_us")
-    aggs = ", ".join(f"max({m}) AS {m}" for m in metrics)
+    # per bucket the maximum, but the floor's minimum: a pin is a floor that never returns to 0
+    aggs = ", ".join(f"{'min' if m == FLOOR[0] else 'max'}({m}) AS {m}" for m in metrics)
     return query_pl(
         ctx.con,
-        f"""SELECT host, engine, dp, ? + ((t_us - ?) // ?) * ? + ? // 2 AS t_us, {aggs},
-               min(inflight_req) AS inflight_req_min
+        f"""SELECT host, engine, dp, ? + ((t_us - ?) // ?) * ? + ? // 2 AS t_us, {aggs}
         FROM _rpt_stats GROUP BY ALL ORDER BY host, engine, dp, t_us""",
         [ctx.start_t, ctx.start_t, bucket_us, bucket_us, bucket_us],
     )
@@ -207,12 +214,9 @@ def _series_from(frame: pl.DataFrame, bucketed: bool) -> list[dict[str, Any]]:
             y = part[metric].to_list()
             if all(v is None for v in y):
                 continue
+            agg = ("min" if metric == FLOOR[0] else "max") if bucketed else None
             out.append({"engine": engine, "stream": stream, "metric": metric, "label": label, "x_us": x, "y": y,
-                        "agg": "max" if bucketed else None})  # fmt: skip
-        if bucketed and engine == "prefill" and "inflight_req_min" in part.columns:
-            out.append({"engine": engine, "stream": stream, "metric": "inflight_req_min",
-                        "label": "#inflight-req (min)", "x_us": x, "y": part["inflight_req_min"].to_list(),
-                        "agg": "min"})  # fmt: skip
+                        "agg": agg})  # fmt: skip
     return out
 
 
@@ -360,8 +364,12 @@ def _span(engine: str, phase: str, start: int, end: int, is_open: bool, basis: s
 
 
 # Point phases of a request (the columns of queries/views/09_phases.sql's request_phases).
+# `watchdog_deadline_t` is pinned_from + timeout + grace: the "deadline + grace" mark; the watchdog
+# deadline itself (pinned_from + timeout) is drawn `grace` before it (see `points`).
+DEADLINE = "watchdog deadline"
+DEADLINE_GRACE = "deadline + grace"
 POINTS = [
-    ("watchdog_deadline_t", "watchdog deadline", "prefill"),
+    ("watchdog_deadline_t", DEADLINE_GRACE, "prefill"),
     ("watchdog_fired_t", "watchdog fired", "prefill"),
     ("kv_done_t", "KV sent (prefill Finish)", "prefill"),
     ("failed_t", "failed", None),
@@ -372,9 +380,13 @@ POINTS = [
 ]
 
 
-def points(r: dict[str, Any]) -> list[dict[str, Any]]:
+def points(r: dict[str, Any], grace_s: float) -> list[dict[str, Any]]:
     """A request's instants worth a marker; failures/aborts sit on the engine that logged them first."""
     out = []
+    if r.get("watchdog_deadline_t") is not None:
+        out.append(
+            {"what": DEADLINE, "engine": "prefill", "t_us": int(r["watchdog_deadline_t"] - grace_s * US)}
+        )
     for key, label, engine in POINTS:
         t = r.get(key)
         if t is None:
@@ -648,7 +660,7 @@ def request_details(ctx: Ctx, ordered: list[dict[str, Any]]) -> tuple[dict[str, 
             "why": _why(r),
             "facts": _facts(r),
             "phases": spans(r, ctx.end_t),
-            "points": points(r),
+            "points": points(r, ctx.grace_s),
             "events": evs[: lim.events_per_request],
             "lines": lns[: lim.lines_per_request],
             "lines_total": max(len(lns), len(evs)),  # lines were fetched for the first events only

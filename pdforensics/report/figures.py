@@ -24,7 +24,8 @@ PHASE_COLORS = {
     "decode": "#5fb37a",
 }
 POINT_STYLE = {
-    "watchdog deadline": ("line-ns-open", "#b3261e", 16),
+    "watchdog deadline": ("line-ns-open", "#d29922", 16),
+    "deadline + grace": ("line-ns-open", "#b3261e", 16),
     "watchdog fired": ("x", "#d29922", 11),
     "KV sent (prefill Finish)": ("circle-open", "#1d4f91", 7),
     "failed": ("x-thin-open", "#1d232b", 11),
@@ -33,6 +34,14 @@ POINT_STYLE = {
     "prefill process gone": ("square-open", "#6e7781", 9),
     "decode process gone": ("square-open", "#6e7781", 9),
 }
+# One colour per gauge, the same in every report; the inflight floor is the thick main line.
+GAUGE_STYLE = {
+    "inflight_floor": ("#b3261e", 2.6), "inflight_req": ("#e8a0a0", 1.2), "bootstrap_req": ("#7aa6d8", 1.2),
+    "queue_req": ("#8250df", 1.2), "running_req": ("#1a7f37", 1.6), "transfer_req": ("#e08a2e", 1.4),
+    "prealloc_req": ("#1b7c83", 1.2), "gen_throughput": ("#0b61c4", 1.4),
+}  # fmt: skip
+# Streams (hosts, DP ranks) of one gauge share its colour and one legend entry: with DP attention
+# 24 streams × 4 gauges would otherwise be 96 entries.
 HOLE_COLORS = {"journald_suppression": "#f2a900", "parse_error": "#c4591b", "engine_down": "#6e7781",
                "engine_silent": "#1b7c83"}  # fmt: skip
 MARKER_LANES = ["engine lifecycle", "watchdog firings", "aborts", "failures", "coverage holes"]
@@ -65,6 +74,7 @@ def timeline(
     deadlines: list[dict[str, Any]],
     window: tuple[int, int],
     timeout_s: float,
+    grace_s: float = 0.0,
 ) -> dict[str, Any]:
     """Gauges, markers and open requests' watchdog deadlines on one shared time axis."""
     from plotly.subplots import make_subplots
@@ -75,18 +85,29 @@ def timeline(
         ("gen throughput (token/s)", 0.7),
     ]
     if deadlines:
-        rows.append(("open requests: watchdog deadline", min(1.6, 0.4 + 0.05 * len(deadlines))))
+        rows.append(
+            ("open requests: watchdog deadline, deadline + grace", min(1.6, 0.4 + 0.05 * len(deadlines)))
+        )
     rows.append(("events", 0.8))
     fig = make_subplots(
         rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.045,
         row_heights=[h for _, h in rows], subplot_titles=[t for t, _ in rows],
     )  # fmt: skip
     marker_row = len(rows)
+    streams: dict[str, int] = {}
+    for s in gauges:
+        streams[s["metric"]] = streams.get(s["metric"], 0) + 1
+    shown: set[str] = set()
+    peak = {1: 0.0, 2: 0.0}
     for s in gauges:
         row = 1 if s["engine"] == "prefill" else 3 if s["metric"] == "gen_throughput" else 2
-        fig.add_scatter(**_gauge_trace(s), row=row, col=1, legend=_legend_name(row))
+        fig.add_scatter(**_gauge_trace(s, streams[s["metric"]], s["metric"] not in shown), row=row, col=1,
+                        legend=_legend_name(row))  # fmt: skip
+        shown.add(s["metric"])
+        if row in peak:
+            peak[row] = max([peak[row], *[v for v in s["y"] if v is not None]])
     if deadlines:
-        for tr in _deadline_traces(deadlines, timeout_s):
+        for tr in _deadline_traces(deadlines, timeout_s, grace_s):
             fig.add_trace(tr.update(legend=_legend_name(4)), row=4, col=1)
     for tr in [*_marker_traces(markers, lifecycle), *_hole_traces(holes)]:
         fig.add_trace(tr.update(legend=_legend_name(marker_row)), row=marker_row, col=1)
@@ -100,9 +121,21 @@ def timeline(
     fig.update_yaxes(rangemode="tozero", showgrid=True, gridcolor="#eef0f3", zeroline=True)
     fig.update_yaxes(type="category", categoryorder="array", categoryarray=MARKER_LANES[::-1],
                      range=[-0.5, len(MARKER_LANES) - 0.5], zeroline=False, row=marker_row, col=1)  # fmt: skip
+    for row, top in peak.items():  # request counts: whole-number ticks
+        fig.update_yaxes(tickformat=",d", tick0=0, dtick=count_dtick(top), row=row, col=1)
     if deadlines:
         fig.update_yaxes(showticklabels=False, rangemode="normal", zeroline=False, row=4, col=1)
     return fig.to_plotly_json()
+
+
+def count_dtick(top: float) -> int:
+    """A whole tick step (1, 2, 5, 10, 20, 50, …) giving at most 6 ticks up to `top`."""
+    base = 1
+    while True:
+        for m in (1, 2, 5):
+            if top / (base * m) <= 6:
+                return base * m
+        base *= 10
 
 
 def _legend_name(row: int) -> str:
@@ -119,17 +152,19 @@ def _row_legends(fig: Any, n_rows: int) -> None:
         }})  # fmt: skip
 
 
-def _gauge_trace(s: dict[str, Any]) -> dict[str, Any]:
-    dash = {"min": "dot"}.get(s.get("agg") or "", "solid")
-    name = f"{s['stream']} {s['label']}"
+def _gauge_trace(s: dict[str, Any], n_streams: int, first: bool) -> dict[str, Any]:
+    color, width = GAUGE_STYLE.get(s["metric"], ("#6e7781", 1.2))
+    stream_name = f"{s['stream']} {s['label']}"
+    legend = stream_name if n_streams == 1 else f"{s['label']} ({n_streams} streams)"
     return {
-        "x": [_ms(x) for x in s["x_us"]], "y": s["y"], "name": escape(name), "mode": "lines",
-        "line": {"width": 1.4, "dash": dash, "shape": "hv"},
-        "hovertemplate": f"{escape(name)}: %{{y}}<br>%{{x|%H:%M:%S}}<extra></extra>",
+        "x": [_ms(x) for x in s["x_us"]], "y": s["y"], "name": escape(legend), "mode": "lines",
+        "legendgroup": s["metric"], "showlegend": first,
+        "line": {"width": width, "color": color, "shape": "hv"},
+        "hovertemplate": f"{escape(stream_name)}: %{{y}}<br>%{{x|%H:%M:%S}}<extra></extra>",
     }  # fmt: skip
 
 
-def _deadline_traces(deadlines: list[dict[str, Any]], timeout_s: float) -> list[Any]:
+def _deadline_traces(deadlines: list[dict[str, Any]], timeout_s: float, grace_s: float) -> list[Any]:
     import plotly.graph_objects as go
 
     held_x: list[float | None] = []
@@ -137,6 +172,7 @@ def _deadline_traces(deadlines: list[dict[str, Any]], timeout_s: float) -> list[
     over_x: list[float | None] = []
     over_y: list[int | None] = []
     dl_x, dl_y, dl_room, dl_text = [], [], [], []
+    to_x, to_text = [], []
     for i, d in enumerate(deadlines):
         start, deadline, last = d.get("pinned_from_t"), d["watchdog_deadline_t"], d.get("last_t")
         if start is not None:
@@ -148,14 +184,20 @@ def _deadline_traces(deadlines: list[dict[str, Any]], timeout_s: float) -> list[
         dl_x.append(_ms(deadline))
         dl_y.append(i)
         dl_room.append(str(d["room"]))
-        dl_text.append(escape(f"room {d['room']} ({d['class']}), rid {d.get('prefill_rid') or '?'}: "
-                              f"watchdog deadline (timeout {timeout_s:g} s + grace)"))  # fmt: skip
+        who = f"room {d['room']} ({d['class']}), rid {d.get('prefill_rid') or '?'}"
+        dl_text.append(escape(f"{who}: deadline + grace ({timeout_s:g} s + {grace_s:g} s after it was pinned); "
+                              "still open here, it counts as stuck"))  # fmt: skip
+        to_x.append(_ms(deadline - grace_s * US))
+        to_text.append(escape(f"{who}: watchdog deadline ({timeout_s:g} s after it was pinned)"))
     return [
-        go.Scatter(x=held_x, y=held_y, mode="lines", name="open, before its deadline",
+        go.Scatter(x=held_x, y=held_y, mode="lines", name="open, before deadline + grace",
                    line={"color": "#0b61c4", "width": 3}, hoverinfo="skip"),
-        go.Scatter(x=over_x, y=over_y, mode="lines", name="open past its deadline",
+        go.Scatter(x=over_x, y=over_y, mode="lines", name="open past deadline + grace",
                    line={"color": "#b3261e", "width": 3, "dash": "dot"}, hoverinfo="skip"),
-        go.Scatter(x=dl_x, y=dl_y, mode="markers", name="watchdog deadline", customdata=dl_room,
+        go.Scatter(x=to_x, y=dl_y, mode="markers", name="watchdog deadline", customdata=dl_room,
+                   hovertext=to_text, hoverinfo="text",
+                   marker={"symbol": "line-ns-open", "size": 14, "color": "#d29922", "line": {"width": 2}}),
+        go.Scatter(x=dl_x, y=dl_y, mode="markers", name="deadline + grace", customdata=dl_room,
                    hovertext=dl_text, hoverinfo="text",
                    marker={"symbol": "line-ns-open", "size": 14, "color": "#b3261e", "line": {"width": 2}}),
     ]  # fmt: skip

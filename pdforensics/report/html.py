@@ -95,7 +95,7 @@ def banner(v: dict[str, Any]) -> str:
     basis = f" ({escape(str(wd['deployed_basis']))})" if wd.get("deployed_basis") else ""
     source = f" ({escape(str(wd['timeout_source']))})" if wd.get("timeout_source") else ""
     certain = v.get("certain_with") or ""
-    chips = "".join(
+    chips = "".join(  # (empty for a window without lines: counts of nothing are no finding)
         f'<span class="chip">{escape(str(k))}: <b>{escape(str(n))}</b></span>'
         for k, n in (v.get("counts") or {}).items()
     )
@@ -153,6 +153,27 @@ def _tables(tables: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
+def _panels(model: dict[str, Any], gantt_note: str) -> str:
+    return (
+        '<section id="timeline"><h2>Timeline</h2>'
+        '<div class="muted">The inflight floor (#inflight-req − #new-seq, what the verdict reads) and the '
+        "engines' other gauges from their batch lines; markers for restarts, watchdog firings, aborts and "
+        "journald holes; each open request's watchdog deadline and deadline + grace. One time axis (UTC); "
+        "drag to zoom, double-click to reset.</div>"
+        f"{_legend(model.get('legend', []))}"
+        '<div id="fig-timeline" class="plot"></div></section>'
+        '<section id="swimlanes"><h2>Swimlanes</h2>'
+        f'<div class="muted">{gantt_note} Click a bar for the request\'s timeline and raw lines.</div>'
+        '<div id="fig-gantt" class="plot"></div></section>'
+        '<section id="detail" hidden></section>'
+        f"{_tables(model['tables'])}"
+    )
+
+
+def _empty(text: str) -> str:
+    return f'<section id="empty" class="nothing"><h2>Nothing to show</h2><p>{escape(text)}</p></section>'
+
+
 def render_page(model: dict[str, Any], figures: dict[str, dict[str, Any]], plotly_js: str) -> str:
     """The whole report. `model` holds the verdict, notes, tables and per-request details."""
     meta = model["meta"]
@@ -162,6 +183,7 @@ def render_page(model: dict[str, Any], figures: dict[str, dict[str, Any]], plotl
     css = (ASSETS / "report.css").read_text()
     js = (ASSETS / "report.js").read_text()
     gantt_note = escape(model.get("gantt_note", ""))
+    body = _empty(model["empty"]) if model.get("empty") else _panels(model, gantt_note)
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -180,18 +202,7 @@ def render_page(model: dict[str, Any], figures: dict[str, dict[str, Any]], plotl
         '<a href="#ingest">Ingest</a></nav><main>'
         f"{banner(model['verdict'])}{_notes(model.get('notes', []))}"
         '<div id="js-error" class="err"></div>'
-        '<section id="timeline"><h2>Timeline</h2>'
-        '<div class="muted">Gauges from the engines\' batch lines; markers for restarts, watchdog firings, '
-        "aborts and journald holes; each open request's watchdog deadline. One time axis (UTC); "
-        "drag to zoom, double-click to reset.</div>"
-        f"{_legend(model.get('legend', []))}"
-        '<div id="fig-timeline" class="plot"></div></section>'
-        '<section id="swimlanes"><h2>Swimlanes</h2>'
-        f'<div class="muted">{gantt_note} Click a bar for the request\'s timeline and raw lines.</div>'
-        '<div id="fig-gantt" class="plot"></div></section>'
-        '<section id="detail" hidden></section>'
-        f"{_tables(model['tables'])}"
-        "</main>"
+        f"{body}</main>"
         f"{_json_block('pdf-data', data)}{figs}"
         f"<script>{_inline_js(plotly_js)}</script>"
         f"<script>{_inline_js(js)}</script>"

@@ -225,7 +225,7 @@
     var layout = { barmode: "overlay", height: 230, margin: { l: 70, r: 20, t: 10, b: 40 }, showlegend: true,
       legend: { orientation: "h", y: -0.3 }, xaxis: { type: "date", title: { text: "UTC" } },
       yaxis: { type: "category", categoryorder: "array", categoryarray: ["decode", "prefill"] }, shapes: shapes,
-      annotations: req.deadline_us ? [{ x: req.deadline_us / 1000, yref: "paper", y: 1, text: "watchdog deadline",
+      annotations: req.deadline_us ? [{ x: req.deadline_us / 1000, yref: "paper", y: 1, text: "deadline + grace",
         showarrow: false, font: { color: "#b3261e", size: 11 }, xanchor: "left" }] : [] };
     return { data: traces, layout: layout };
   }
@@ -256,6 +256,7 @@
     var plot = h("div", { id: "detail-plot", class: "plot" });
     box.appendChild(plot);
     var fig = detailFigure(req);
+    fitNarrow(plot, fig);
     Plotly.newPlot(plot, fig.data, fig.layout, { displaylogo: false, responsive: true });
     box.appendChild(h("h3", { text: "Timeline (" + (req.events || []).length + " events)" }));
     var tb = h("tbody");
@@ -282,10 +283,40 @@
 
   // ------------------------------------------------------------------ plots
 
+  // A phone (390 px): one legend below the plot instead of legends beside each row, small margins so
+  // the plot area keeps the width, and short swimlane labels (class and the room's last digits).
+  var NARROW_PX = 700;
+  var SHORT_CLASS = { silent_pin: "pin", watchdog_fired: "fired", in_flight: "open", transfer_failed: "xfer",
+                      aborted: "abort", lost: "lost", completed: "ok" };
+
+  function fitNarrow(div, fig) {
+    if (div.clientWidth >= NARROW_PX) return;
+    var L = fig.layout;
+    Object.keys(L).forEach(function (k) { if (/^legend\d+$/.test(k)) delete L[k]; });
+    var entries = 0;
+    fig.data.forEach(function (t) { delete t.legend; if (t.showlegend !== false) entries++; });
+    var extra = 18 * Math.ceil(entries / 2);
+    L.height = (L.height || 400) + extra;
+    L.legend = { orientation: "h", x: 0, xanchor: "left", y: -60 / L.height, yanchor: "top", font: { size: 10 } };
+    var left = 40;
+    if (L.yaxis && L.yaxis.type === "category" && div.id === "fig-gantt") {
+      var labels = L.yaxis.categoryarray || [];
+      L.yaxis.tickvals = labels;
+      L.yaxis.ticktext = labels.map(function (l) {
+        var parts = String(l).split(" · ");
+        return (SHORT_CLASS[parts[0]] || parts[0].slice(0, 5)) + " …" + String(parts[1] || "").slice(-4);
+      });
+      L.yaxis.tickfont = { family: "ui-monospace, monospace", size: 9 };
+      left = 62;
+    }
+    L.margin = { l: left, r: 6, t: 30, b: 50 };
+  }
+
   function plot(id, figId) {
     var fig = readJson(figId);
     var div = document.getElementById(id);
     if (!fig || !div) return;
+    fitNarrow(div, fig);
     Plotly.newPlot(div, fig.data, fig.layout, { displaylogo: false, responsive: true }).then(function () {
       div.setAttribute("data-rendered", "1");
     });
