@@ -124,3 +124,17 @@ def test_a_rebootstrap_leg_is_judged_on_its_own(log: Log) -> None:
 def test_one_leg_per_side_is_two(log: Log) -> None:
     traffic(log, 10, 100)
     assert {x["legs"] for x in log.requests().values()} == {2}
+
+
+def test_the_report_banner_says_whether_it_recovered(log: Log, tmp_path: Path) -> None:
+    from pdforensics.report import write_report
+    from pdforensics.verdict import VerdictOptions
+
+    traffic(log, 10, 60)
+    for i in range(5):
+        fired(log, room(10 + i), at=100 + i * 30)
+        log.batch(100 + i * 30 + 0.5, inflight=1)
+    log.install()
+    page = write_report(log.con, tmp_path / "r.html", VerdictOptions(watchdog_timeout_s=60)).read_text()
+    assert 'id="recovery">Not recovered: the watchdog kept firing' in page
+    assert "decode saturated" in page  # the firings table's backpressure column

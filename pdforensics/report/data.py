@@ -486,10 +486,14 @@ def firings_table(ctx: Ctx) -> dict[str, Any]:
     cols = [("room", "bootstrap_room", "text"), ("rid", "rid", "text"), ("host", "host", "text"),
             ("fired_t", "fired at", "time"), ("dwell_s", "dwell", "dur"), ("state", "state", "text"),
             ("timeout_s", "timeout (s)", "num"), ("ranks", "TP ranks", "list"), ("all_ranks", "all ranks", "bool"),
-            ("same_second", "same second", "bool"), ("late", "late", "bool")]  # fmt: skip
+            ("same_second", "same second", "bool"), ("late", "late", "bool"),
+            ("backpressure", "decode saturated", "bool"), ("decode_token_usage", "decode token usage", "num"),
+            ("decode_prealloc_req", "decode #prealloc-req", "num"),
+            ("decode_transfer_req", "decode #transfer-req", "num")]  # fmt: skip
     return table("firings", "Watchdog firings", cols, rows, total=total,
                  description="One row per request the watchdog force-failed; every TP rank should fire in the "
-                 "same second.")  # fmt: skip
+                 "same second. Decode saturated: the decode's load at the firing (token usage >= 0.95, or "
+                 "prealloc + transfer queues of 4 or more not shrinking): likely backpressure, not a dead peer.")  # fmt: skip
 
 
 def abort_races_table(ctx: Ctx) -> dict[str, Any]:

@@ -103,6 +103,7 @@ def banner(v: dict[str, Any]) -> str:
         f'<section id="verdict" class="banner v-{escape(verdict)}">'
         f'<div class="verdict" id="verdict-text">{escape(verdict)}</div>'
         f'<div class="meaning">{escape(VERDICT_MEANING.get(verdict, ""))}</div>'
+        f"{_recovery(wd)}"
         f"<ul>{reasons}</ul>"
         '<div class="facts">'
         f"<span><b>Evidence:</b> {escape(str(v.get('evidence_level') or 'unknown'))}"
@@ -112,6 +113,31 @@ def banner(v: dict[str, Any]) -> str:
         "</div>"
         f'<div class="chips">{chips}</div>'
         "</section>"
+    )
+
+
+# What the banner says when the watchdog fired: did the deployment recover?
+RECOVERY_TEXT = {
+    "drained": "Recovered: after the last firing the inflight floor returned to 0 and requests on that path completed.",
+    "wedged": "Not recovered: the watchdog kept firing (or new rooms got stuck again) and nothing completed on that "
+    "prefill → decode path after the first firing. Restart the pair; a one-off watchdog release will not clear it.",
+    "undetermined": "Recovery undetermined: no completed request or empty floor after the last firing shows it drained.",
+}
+
+
+def _recovery(wd: dict[str, Any]) -> str:
+    recovery = wd.get("recovery")
+    if not recovery:
+        return ""
+    saturated = sum(1 for f in wd.get("firings") or [] if f.get("backpressure"))
+    pressure = (
+        f" {saturated} firing(s) fired while the decode was saturated: likely backpressure, not a dead peer."
+        if saturated
+        else ""
+    )
+    return (
+        f'<div class="recovery r-{escape(str(recovery))}" id="recovery">'
+        f"{escape(RECOVERY_TEXT.get(str(recovery), str(recovery)))}{escape(pressure)}</div>"
     )
 
 
