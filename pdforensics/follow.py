@@ -30,8 +30,9 @@ import polars as pl
 from pdforensics.errors import SourceError, UsageError
 from pdforensics.sources import RecordBatch, Selection, Window
 from pdforensics.sources._common import GZIP_MAGIC
-from pdforensics.sources._records import journal_records
-from pdforensics.sources.journal import JournalSource, _read_block, journal_files
+from pdforensics.sources._journal_child import read_entries
+from pdforensics.sources._records import ENTRY_FIELDS, journal_records
+from pdforensics.sources.journal import _UNTIL_CHECK, GROUP_HINT, JournalSource, _raw_frame, journal_files
 from pdforensics.sources.plain import MAX_LINE_BYTES, PlainFileSource
 
 # Entries or bytes taken per poll and source: bounds the memory of one poll after a long outage
@@ -55,6 +56,7 @@ class JournalFollower:
         self._polls = 0
         self._watching = False
         self.more = False  # the last poll stopped at its limit: poll again at once
+        self._progress = memoryview(bytearray(16)).cast("q")  # read_entries counts entries here
 
     def restore(self, state: dict[str, Any] | None) -> None:
         self.cursor = (state or {}).get("cursor")
@@ -66,7 +68,7 @@ class JournalFollower:
         if self._j is not None:
             self._j.close()
         self.source.files = self.files
-        self._j = self.source._open(self.files)
+        self._j = _open_reader(self.source)
         self._watching = False
         since = self.selection.window.since_us
         if self.cursor and _seek_after(self._j, self.cursor):
@@ -93,7 +95,10 @@ class JournalFollower:
                     self._j.fileno()
                     self._watching = True
                 self._j.process()
-        raw, self.more, error = _read_block(self._j, POLL_ENTRIES, None)
+        cursors, cols, self.more, error = read_entries(
+            self._j, ENTRY_FIELDS, POLL_ENTRIES, None, _UNTIL_CHECK, self._progress
+        )
+        raw = _raw_frame(cursors, cols)
         if error is not None:
             raise SourceError(f"{self.name}: journal read failed: {error.strerror or error}")
         if not raw.height:
@@ -105,6 +110,25 @@ class JournalFollower:
         if self._j is not None:
             self._j.close()
             self._j = None
+
+
+def _open_reader(source: JournalSource) -> Any:
+    """A python-systemd reader in this process: the watch follows files it has already read, so a
+    file that could abort libsystemd was met (and stepped over, in a child) by the first pass."""
+    from systemd import journal
+
+    try:
+        j = (
+            journal._Reader()
+            if source.kind == "local"
+            else journal._Reader(flags=0, files=[str(p) for p in source.files])
+        )
+    except PermissionError as e:
+        raise SourceError(f"{source.label}: permission denied; {GROUP_HINT}") from e
+    except OSError as e:
+        raise SourceError(f"{source.label}: cannot open journal: {e.strerror or e}") from e
+    j.data_threshold = 0  # never truncate large fields (long Receive: lines)
+    return j
 
 
 def _seek_after(j: Any, cursor: str) -> bool:

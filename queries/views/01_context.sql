@@ -622,7 +622,10 @@ parse_errors AS (
 down AS (
     SELECT 'engine_down' AS kind, r.host, r.engine, NULL AS unit, r.stop_t AS from_t, coalesce(r.up_t, s.end_t) AS to_t,
         NULL::BIGINT AS n,
-        CASE WHEN r.kind = 'restart' THEN format('{} restarted ({})', r.engine, r.how)
+        CASE WHEN r.kind = 'restart' THEN
+                 CASE r.how WHEN 'died' THEN r.engine || ' died and restarted'
+                            WHEN 'stop line' THEN r.engine || ' stopped and restarted'
+                            ELSE r.engine || ' restarted: a new process without a stop line' END
              ELSE format('{} stopped and did not come back in the window', r.engine) END AS detail,
         NULL::BOOLEAN AS seen_after
     FROM restarts AS r, s

@@ -470,7 +470,7 @@ reasons AS MATERIALIZED (
         format('evidence level {}: {}', c.evidence_level, CASE c.evidence_level
             WHEN 'L0' THEN 'no per-request lines, pins show only as the #inflight-req floor; --log-requests (L1) would name each request, --enable-request-time-stats-logging (L2) would time its inflight entry'
             WHEN 'L1' THEN 'dwell is measured from the prefill Receive: line, an upper bound; --enable-request-time-stats-logging (L2) would time the inflight entry'
-            WHEN 'L2' THEN 'inflight entry from ReqTimeStats for finished requests, open ones timed from Receive:; --log-level debug (L3) would show the queue each abort hit'
+            WHEN 'L2' THEN 'inflight entry from ReqTimeStats for finished requests, open ones timed from their Receive: line; --log-level debug (L3) would show the queue each abort hit'
             ELSE 'debug lines show the queue each abort hit'
         END) AS reason
     FROM c
@@ -484,8 +484,8 @@ reasons AS MATERIALIZED (
     FROM c
     UNION ALL
     SELECT 10, 'missed',
-        format('{} request(s) held by the prefill longer than the {} s timeout + {} s grace with no watchdog line (silent_pin, longest {:.1f} s by {}{}{}): {}',
-            p.n, c.timeout_s, c.grace_s, p.max_dwell, p.basis,
+        format('{} request(s) held by the prefill longer than the {} s timeout + {} s grace with no watchdog line (silent_pin; the longest {:.1f} s, by {}{}{}): {}',
+            p.n, c.timeout_s, c.grace_s, p.max_dwell, replace(replace(p.basis, ' (', ', '), ')', ''),
             CASE WHEN p.races > 0 THEN format(', {} abort race(s) left pinned', p.races) ELSE '' END,
             CASE WHEN p.across > 0 THEN format(', {} across a restart', p.across) ELSE '' END,
             array_to_string(p.rooms, ', ') || CASE WHEN p.n > 5 THEN ', ...' ELSE '' END)
@@ -545,13 +545,14 @@ reasons AS MATERIALIZED (
     UNION ALL
     SELECT 30, 'hole',
         CASE kind
-            WHEN 'short_window' THEN detail || ': nothing in it could have been stuck that long'
+            WHEN 'short_window' THEN detail || ': nothing in it could have been stuck that long; re-run with a window of at least timeout + grace'
             ELSE format('{} ({}{}, {} to {}), overlapping {} with no prefill evidence a full timeout after it{}',
                 detail, coalesce(engine, '?'), CASE WHEN coalesce(host, '') = '' THEN '' ELSE ' on ' || host END,
                 pdf_ts(from_t), pdf_ts(to_t),
                 CASE WHEN suspects > 0 THEN format('{} request(s) that might be stuck ({})', suspects, array_to_string(suspect_rooms, ', '))
                      ELSE 'an inflight floor not yet judged' END,
-                CASE WHEN covered THEN ' (later evidence exists, but their ends may be hidden in the hole)' ELSE '' END)
+                CASE WHEN covered THEN '; later evidence exists, but their ends may be hidden in the hole' ELSE '' END
+                    || '; widen --until a timeout + grace past the hole, or read the unit''s own log file for the lost lines')
         END
     FROM coverage WHERE decisive
     UNION ALL
@@ -575,7 +576,7 @@ reasons AS MATERIALIZED (
     FROM c, window_lines AS wl WHERE len(c.prefill_hosts) = 0 AND wl.n > 0
     UNION ALL
     SELECT 31, 'undecided',
-        format('the prefill inflight queue was never observed on {}: no batch line with #inflight-req and no request line in the window (a non-PD server, or its stats lines were not collected)',
+        format('the prefill inflight queue was never observed on {}: no batch line with #inflight-req and no request line in the window (a non-PD server, or its stats lines were not collected; check --unit and --since cover the prefill)',
             string_agg(CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ' ORDER BY host))
     FROM unobserved HAVING count(*) > 0
     UNION ALL
@@ -596,19 +597,22 @@ reasons AS MATERIALIZED (
     FROM c, window_lines AS wl WHERE wl.n = 0
     UNION ALL
     SELECT 32, 'undecided',
-        format('{} request(s) undecided: {} ({})', count(*), any_value(undecided_reason),
-            array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END)
-    FROM rq WHERE prefill_status IN ('waiting_queue', 'no_prefill')
+        format('{} request(s) undecided: {} ({}); {}', count(*), any_value(undecided_reason),
+            array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END,
+            CASE prefill_status
+                WHEN 'waiting_queue' THEN 'L2 time stats (--enable-request-time-stats-logging) would time its inflight entry'
+                ELSE 'ingest the prefill''s journal or log too' END)
+    FROM rq WHERE prefill_status IN ('waiting_queue', 'no_prefill') AND class = 'undecided'
     GROUP BY prefill_status
     UNION ALL
     SELECT 33, 'undecided',
-        format('{}: the #inflight-req floor was {} at the last batch line ({}) and the timeout has since passed, but no later batch line shows whether it drained',
+        format('{}: the #inflight-req floor was {} at the last batch line ({}) and the timeout has since passed, but no later batch line shows whether it drained; re-run once the prefill has logged another batch line (a /health probe runs one)',
             CASE WHEN host = '' THEN 'prefill' ELSE 'prefill ' || host END, open_floor + pinned_floor, pdf_ts(last_sample_t))
     FROM anon WHERE unresolved
     UNION ALL
     SELECT 40, 'storm',
-        format('abort storm {} ({:.0f} s, {} aborts): {}; inflight peak {}, floor before {}{}',
-            pdf_ts(from_t), duration_s, aborts, judgement, coalesce(peak_inflight::VARCHAR, '?'),
+        format('abort storm at {}: {} aborts in {:.0f} s, {}; inflight peak {}, floor before {}{}',
+            pdf_ts(from_t), aborts, duration_s, judgement, coalesce(peak_inflight::VARCHAR, '?'),
             coalesce(base_floor::VARCHAR, '?'),
             CASE WHEN drained_t IS NOT NULL THEN ', back by ' || pdf_ts(drained_t) ELSE '' END)
     FROM storm_rows
