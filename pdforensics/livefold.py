@@ -36,11 +36,13 @@ S = 1_000_000
 RECENT_US = 600 * S  # the live verdict looks back this far (log time) for firings and holes
 _RAISED_KEPT = 1_000  # alert keys remembered once their subject folded away (bounded)
 
-# Alert kinds, in the order a human reads them. Recovery, backpressure and wedge alerts (the
-# verdict-depth issue) add their kinds here and their rules in `LiveFold._check`.
+# Alert kinds, in the order a human reads them. A firing carries the decode's load at that moment
+# (backpressure); `wedged`: the watchdog keeps firing on a prefill and nothing completes there
+# since its first firing (the verdict's `watchdog.recovery`, live).
 KINDS = (
     "silent_pin",
     "watchdog_fired",
+    "wedged",
     "anonymous_pin",
     "engine_down",
     "engine_silent",
@@ -59,8 +61,10 @@ _LEVEL = {"abort_request": "L3", "req_time_stats": "L2", "request_received": "L1
 EVENT_COLUMNS = (
     "ts_us", "host", "unit", "engine", "event", "entry", "dp_rank", "tp_rank", "bootstrap_room",
     "bootstrap_host", "rid", "finish_type", "state", "dwell_s", "timeout_s", "count", "inflight_req",
-    "new_seq", "queue_req", "bootstrap_req",
+    "new_seq", "queue_req", "bootstrap_req", "token_usage", "prealloc_req", "transfer_req",
 )  # fmt: skip
+# A decode batch line older than this says nothing about the decode's load at a firing.
+_LOAD_FRESH_US = 30 * S
 
 
 @dataclass
@@ -97,6 +101,25 @@ class Stream:
 
 
 @dataclass
+class DecodeLoad:
+    """A decode host's last batch line: its load, for the firings that follow."""
+
+    ts_us: int
+    token_usage: float | None
+    prealloc_req: int | None
+    transfer_req: int | None
+    backlog_before: int = 0  # prealloc + transfer at the line before: shrinking or not
+
+    @property
+    def backlog(self) -> int:
+        return (self.prealloc_req or 0) + (self.transfer_req or 0)
+
+    def saturated(self) -> bool:
+        """The verdict's rule: token usage >= 0.95, or a backlog of 4 or more that is not shrinking."""
+        return (self.token_usage or 0) >= 0.95 or (self.backlog >= 4 and self.backlog >= self.backlog_before)
+
+
+@dataclass
 class Engine:
     last_us: int
     down_us: int | None = None
@@ -117,6 +140,9 @@ class LiveFold:
         self.holes: list[dict[str, Any]] = []  # recent suppression holes (bounded by RECENT_US)
         self.raised: OrderedDict[str, dict[str, Any]] = OrderedDict()  # key -> alert (as JSON)
         self.firings: list[int] = []  # log times of recent firings
+        self.decode_load: dict[str, DecodeLoad] = {}  # decode host -> its last batch line
+        # prefill host -> [first firing of the current episode, firings since, completions since]
+        self.episodes: dict[str, list[int]] = {}
         self.firings_total = 0
         self.holes_total: dict[str, int] = {}
         self.alerts_total: dict[str, int] = {}
@@ -199,7 +225,7 @@ class LiveFold:
 
     def _event(self, row: tuple[Any, ...], firings: dict[int, list[int]]) -> None:
         (ts, host, unit, engine, event, entry, dp, tp, room, bhost, rid, finish_type, state, dwell,
-         timeout, count, inflight, new_seq, queue, boot) = row  # fmt: skip
+         timeout, count, inflight, new_seq, queue, boot, usage, prealloc, transfer) = row  # fmt: skip
         host = host or ""
         level = _LEVEL.get(event)
         if level and engine in ("prefill", "decode") and level > self.levels.get(host, "L0"):
@@ -212,6 +238,12 @@ class LiveFold:
             return
         if event == "journal_suppressed":
             self._suppressed(ts, host, unit, engine, count)
+            return
+        if event == "decode_stats" and engine == "decode":
+            before = self.decode_load.get(host)
+            self.decode_load[host] = DecodeLoad(
+                ts, usage, prealloc, transfer, before.backlog if before else 0
+            )
             return
         if event == "prefill_stats" and engine == "prefill" and inflight is not None:
             self._sample(ts, host, dp, tp, entry, inflight, new_seq, queue, boot)
@@ -232,9 +264,11 @@ class LiveFold:
                 engine == "prefill"
                 and (event in ("request_finished", "req_time_stats") or event in _PREFILL_END)
             ) or (engine == "decode" and event == "req_time_stats"):
+                self._completed(r, event, finish_type, engine)
                 self._close(r)
             elif engine == "decode" and event == "request_finished":
                 if (finish_type or "") != "abort":
+                    self._completed(r, event, finish_type, engine)
                     self._close(r)
                 else:
                     r.abort_seen = True
@@ -243,6 +277,34 @@ class LiveFold:
         self.rooms[room] = Room(room, host, rid, ts, ts, "prefill Receive")
         self.undrained.setdefault(host, set()).add(room)
         heapq.heappush(self._heap, (ts + self.stuck_us, room))
+
+    def _completed(self, r: Room, event: str, finish_type: str | None, engine: str | None) -> None:
+        """A request that ended normally counts as traffic flowing again on its prefill."""
+        normal = event == "req_time_stats" or (event == "request_finished" and (finish_type or "") != "abort")
+        episode = self.episodes.get(r.host)
+        if normal and episode is not None:
+            episode[2] += 1
+
+    def _load_at(self, ts: int) -> DecodeLoad | None:
+        """The decode's load at a firing: with one decode host, its last batch line (if fresh)."""
+        if len(self.decode_load) != 1:
+            return None  # several decodes: the room's decode is not tracked live
+        load = next(iter(self.decode_load.values()))
+        return load if ts - load.ts_us <= _LOAD_FRESH_US else None
+
+    def _wedge(self, ts: int, host: str) -> None:
+        """Firings go on and nothing completes on this prefill since its first: a wedge (once)."""
+        episode = self.episodes.get(host)
+        if episode is None or episode[2] > 0:  # a new episode: the first firing, or after traffic flowed
+            self.episodes[host] = [ts, 1, 0]
+            return
+        episode[1] += 1
+        key = f"wedged:{host}:{episode[0]}"
+        if ts > episode[0] + S and key not in self.raised:
+            self._raise(Alert("wedged", key, ts, ts, host, {
+                "first_firing_us": episode[0], "firings": episode[1],
+                "detail": "the watchdog keeps firing and nothing completed on this prefill since its first firing",
+            }))  # fmt: skip
 
     def _close(self, r: Room) -> None:
         self.rooms.pop(r.room, None)
@@ -257,12 +319,18 @@ class LiveFold:
         if key not in self.raised:
             self.firings_total += 1
             self.firings.append(ts)
+            load = self._load_at(ts)
             self._raise(Alert("watchdog_fired", key, ts, ts, host, {
                 "bootstrap_room": str(room), "rid": rid or (r.rid if r else None),
                 "decode_rid": r.d_rid if r else None, "state": state, "dwell_s": dwell,
                 "timeout_s": timeout, "ranks": ranks, "was_alerted_as_silent_pin": bool(r and r.pinned),
                 "evidence_level": self.levels.get(host, "L0"),
+                "backpressure": load.saturated() if load else None,
+                "decode_token_usage": load.token_usage if load else None,
+                "decode_prealloc_req": load.prealloc_req if load else None,
+                "decode_transfer_req": load.transfer_req if load else None,
             }))  # fmt: skip
+            self._wedge(ts, host)
         if r is not None:
             self._close(r)
 
@@ -472,6 +540,7 @@ class LiveFold:
             "units": [[h, u, t] for (h, u), t in self.units.items()],
             "levels": self.levels, "holes": self.holes, "raised": list(self.raised.values()),
             "firings": self.firings, "firings_total": self.firings_total, "holes_total": self.holes_total,
+            "decode_load": {h: asdict(v) for h, v in self.decode_load.items()}, "episodes": self.episodes,
             "alerts_total": self.alerts_total, "first_us": self.first_us, "newest_us": self.newest_us, "log_us": self.log_us,
             "lines_total": self.lines_total,
         }  # fmt: skip
@@ -489,7 +558,17 @@ class LiveFold:
         self.holes_total, self.alerts_total = s["holes_total"], s["alerts_total"]
         self.first_us, self.newest_us, self.lines_total = s["first_us"], s["newest_us"], s["lines_total"]
         self.log_us = s.get("log_us")
+        self.decode_load = {h: DecodeLoad(**v) for h, v in s.get("decode_load", {}).items()}
+        self.episodes = s.get("episodes", {})
         self._rebuild_heap()
+
+    def wedged_hosts(self) -> set[str]:
+        """Prefills whose current firing episode raised `wedged` and saw no completion since."""
+        return {
+            h
+            for h, (first, _n, done) in self.episodes.items()
+            if not done and f"wedged:{h}:{first}" in self.raised
+        }
 
 
 def alert_json(a: Alert) -> dict[str, Any]:

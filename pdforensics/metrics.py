@@ -43,6 +43,9 @@ class WatchMetrics:
         # Counters are restored from the persisted state after a restart, so they are gauges
         # named *_total that only grow (a prometheus_client Counter cannot be set).
         self.firings = gauge("watchdog_firings_total", "Watchdog firings seen (one per request).")
+        self.wedged = gauge(
+            "wedged", "1 while the watchdog keeps firing on a prefill and nothing completes there.", ("host",)
+        )
         self.holes = gauge("coverage_holes_total", "Coverage holes seen, by kind.", ("kind",))
         self.alerts = gauge("alerts_total", "Alerts raised, by kind.", ("kind",))
         self.unit_age = gauge(
@@ -72,6 +75,11 @@ class WatchMetrics:
         _replace(self.oldest_age, {(h,): (now_us - opened[h][1]) / S if h in opened else 0.0 for h in hosts})
         _replace(self.floor, {(h,): f for h, f in fold.floors().items()})
         self.firings.set(fold.firings_total)
+        _replace(
+            self.wedged,
+            {(h,): 1.0 for h in fold.wedged_hosts()}
+            | {(h,): 0.0 for h in fold.episodes if h not in fold.wedged_hosts()},
+        )
         for k, n in fold.holes_total.items():
             self.holes.labels(k).set(n)
         for k, n in fold.alerts_total.items():

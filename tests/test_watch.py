@@ -24,7 +24,9 @@ from tests.watch_helpers import (
     append_journal,
     append_plain,
     armed,
+    fired,
     prefill_stats,
+    receive,
     room,
     start_watch,
     traffic,
@@ -339,3 +341,37 @@ def test_timeout_from_the_armed_line(tmp_path: Path) -> None:
     other = tmp_path / "default"
     other.mkdir()
     assert _once_alerts(other, traffic(40, pin=PIN), args=()) == []  # 300 s: not yet a pin
+
+
+def decode_stats(usage: float, prealloc: int, transfer: int) -> str:
+    return (f"Decode batch, #running-req: 8, #token: 1000, token usage: {usage:.2f}, #prealloc-req: {prealloc}, "
+            f"#transfer-req: {transfer}, #retracted-req: 0, cuda graph: True, gen throughput (token/s): 10.00, "
+            f"#queue-req: 0")  # fmt: skip
+
+
+def test_a_wedge_is_alerted_once_and_firings_carry_the_decode_load(tmp_path: Path) -> None:
+    """Every new request fires and nothing completes after the first firing: `wedged`, once; the
+    decode was saturated at the firings (token usage 0.97): `backpressure` on each."""
+    lines = [Line(T0 + s * S + 200_000, "decode", decode_stats(0.97, 6, 2)) for s in range(0, 60)]
+    for k in range(4):
+        n = 10 + k * 10
+        lines += [
+            Line(T0 + n * S, "prefill", receive(n, "prefill")),
+            Line(T0 + n * S + 1000, "decode", receive(n, "decode")),
+        ]
+        lines.append(Line(T0 + (n + 6) * S, "prefill", fired(n, 5, 6.0)))
+    lines += [Line(T0 + s * S + 500_000, "prefill", prefill_stats(0)) for s in range(0, 60)]
+    alerts = _once_alerts(tmp_path, lines)
+    kinds = [a["alert"] for a in alerts]
+    assert kinds.count("watchdog_fired") == 4 and kinds.count("wedged") == 1
+    wedge = next(a for a in alerts if a["alert"] == "wedged")
+    assert wedge["host"] == "gpu-a" and wedge["firings"] == 2  # raised at the second firing
+    fired_alerts = [a for a in alerts if a["alert"] == "watchdog_fired"]
+    assert all(a["backpressure"] is True and a["decode_token_usage"] == 0.97 for a in fired_alerts)
+
+
+def test_firings_with_traffic_flowing_between_them_are_no_wedge(tmp_path: Path) -> None:
+    lines = traffic(40, pin=PIN, fire_after_s=6) + traffic(40, start_s=41, pin=61, fire_after_s=6)
+    alerts = _once_alerts(tmp_path, lines)
+    assert [a["alert"] for a in alerts if a["alert"] != "watchdog_fired"] == []
+    assert all(a["backpressure"] is None for a in alerts)  # no decode batch line: load unknown
