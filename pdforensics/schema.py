@@ -95,7 +95,7 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "e2e_latency_s": pl.Float64(),
 }
 
-ENGINES = ("prefill", "decode", "router", "other")
+ENGINES = ("prefill", "decode", "router", "unified", "other")  # unified: a non-PD server
 
 # `lines`: every stored record.  (DuckDB DDL lives in store.py.)
 LINE_COLUMNS = [

@@ -221,13 +221,50 @@ def test_suppressed_line_belongs_to_named_unit(cat: Catalog) -> None:
 
 
 def test_engine_from_unit_name_then_from_lines(cat: Catalog) -> None:
+    pd_line = "[2026-11-29 10:00:00] Prefill batch, #new-seq: 1, #bootstrap-req: 0, #inflight-req: 2"
     recs = records(
-        ["[2026-11-29 10:00:00] hello", "[2026-11-29 10:00:00] Prefill batch, #new-seq: 1", "x"],
+        ["[2026-11-29 10:00:00] hello", pd_line, "x"],
         unit=["sglang-dsv4-decode.service", "sglang-a.service", "sglang-a.service"],
     )
     lines = parse_records(recs, ParseOptions(catalog=cat, tz="UTC")).lines
-    # decode by name; the unnamed unit is prefill because its own lines say so
+    # decode by name; the unnamed unit is prefill because its own lines (PD queue fields) say so
     assert lines["engine"].to_list() == ["decode", "prefill", "prefill"]
+
+
+def test_non_pd_lines_under_a_prefill_name_are_unified() -> None:
+    """Issue 12: a non-PD server's log named prefill is `unified`, never prefill, and says so."""
+    from pdforensics.catalog import load_catalog
+
+    msgs = [
+        "[2026-11-29 10:00:00] The server is fired up and ready to roll!",
+        "[2026-11-29 10:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 0, "
+        "token usage: 0.00, #running-req: 0, #queue-req: 0",
+        "[2026-11-29 10:00:02 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00, "
+        "cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0",
+    ]
+    parsed = parse_records(records(msgs), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    # The first line has only the name to go by; from the first stats line on the lines decide.
+    assert parsed.lines["engine"].to_list() == ["prefill", "unified", "unified"]
+    row = parsed.stats.row(0, named=True)
+    assert (row["engine_by_name"], row["engine_by_lines"]) == ("prefill", "unified")
+
+
+def test_pd_fields_make_prefill_and_decode_whatever_the_name() -> None:
+    from pdforensics.catalog import load_catalog
+
+    prefill = (
+        "[2026-11-29 10:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 0, "
+        "token usage: 0.00, #running-req: 0, #queue-req: 0, #bootstrap-req: 0, #inflight-req: 1"
+    )
+    decode = "[2026-11-29 10:00:02 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00, cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0"
+    msgs = [prefill, decode, decode]
+    # A unit named decode whose first line is PD prefill evidence, then plain decode lines: the
+    # PD evidence (1 prefill vote, no decode votes) keeps it prefill.
+    parsed = parse_records(records(msgs, unit=["decode"] * 3), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.lines["engine"].to_list() == ["prefill"] * 3
+    # Decode batch lines alone under a neutral name: decode.
+    parsed = parse_records(records([decode], unit=["worker"]), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.lines["engine"].to_list() == ["decode"]
 
 
 def test_bundled_catalog_reads_every_real_log(real_logs_dir: Path) -> None:
