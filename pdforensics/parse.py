@@ -93,10 +93,11 @@ class StreamCarry:
     # stream key -> whether its last prefixed/recognised line ended with ':' and so opened a block
     # of loose lines (read only for streams still in last_head: clearing that ends the block too)
     open_block: dict[str, bool] = field(default_factory=dict)
-    # host/unit key of a unit not named prefill/decode -> the (prefill, decode) lines it has shown
-    # so far, and the last of them: its engine is the running majority (see _engine)
-    unit_votes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
-    unit_last: dict[str, str] = field(default_factory=dict)
+    # hash of a unit (host, unit) -> the votes its lines cast so far (prefill, decode, plain
+    # prefill, plain decode; see _engine), the last PD vote, and the engine they gave
+    unit_votes: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    unit_last: dict[int, str] = field(default_factory=dict)
+    unit_engine: dict[int, str] = field(default_factory=dict)  # the engine its lines showed so far
     last_date: dict[str, str] = field(default_factory=dict)  # source_key -> date of its last dated line
     host_offset_how: dict[str, str] = field(default_factory=dict)  # host -> what its offset came from
 
@@ -123,20 +124,33 @@ def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) ->
         df = df.with_columns(pl.col("_clean").str.strip_chars_end("\r"))
     forms = opts.prefixes
     df = _sglang_prefix(df, forms.sglang.tail)
+    df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
     if not df["_has_prefix"].all():
         # Only the lines without SGLang's prefix (a few per file, or all of an export) try the forms.
         rest = _outer_prefixes(df.filter(~pl.col("_has_prefix")), forms)
         rest = _repairs(rest, forms.of_kind("repair"), with_date=False)
         redo = pl.col("_prefix").is_not_null()
-        if rest.select(redo.any()).item():
+        if rest.select(redo.any()).item():  # else no form matched: nothing to write back
             redone = _sglang_prefix(rest.filter(redo).drop(_SGLANG_COLS), forms.sglang.tail)
-            rest = pl.concat([rest.filter(~redo), redone], how="diagonal_relaxed")
-        df = pl.concat([df.filter(pl.col("_has_prefix")), rest], how="diagonal_relaxed").sort("_row")
+            df = _write_back(df, redone.select(pl.all().exclude(_UNTOUCHED)))
         df = _time_only(df, forms, opts, carry)
-    df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items() if n not in df.columns)
     return _other_clocks(df, forms.of_kind("clock")).drop("_clean", strict=False)
 
 
+def _write_back(df: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
+    """`part` (rows of df, any order, by _row) written over df's rows: a scatter per column,
+    cheaper than re-sorting every column of the batch for a few changed rows."""
+    idx = part["_row"]
+    cols = [c for c in part.columns if c != "_row"]
+    # clone: scatter writes in place, and df's columns may be the caller's records
+    return df.with_columns(
+        df[c].cast(part[c].dtype).clone().scatter(idx, part[c]) for c in cols if c in df.columns
+    )
+
+
+# What no prefix form changes (the write-back skips them).
+_UNTOUCHED = ["source", "source_key", "seq", "cursor", "ts_us", "boot_id", "invocation_id",
+              "syslog_identifier", "priority", "message", "line_id"]  # fmt: skip
 _SGLANG_COLS = ["ts", "frac", "dp_rank", "pp_rank", "tp_rank", "ep_rank", "body", "_has_prefix"]
 
 
@@ -279,10 +293,11 @@ def _time_only(df: pl.DataFrame, forms: Prefixes, opts: ParseOptions, carry: Str
     dated = [p for p in forms.of_kind("repair") if "{date}" in p.insert]
     if not dated:
         return df
-    text = pl.when(~pl.col("_has_prefix")).then(pl.col("_clean"))
-    if not df.select(pl.any_horizontal(text.str.contains(p.pattern) for p in dated).any()).item():
-        df = _remember_dates(df, carry)
-        return df
+    loose = df.filter(~pl.col("_has_prefix")).select("_clean")
+    if not loose.select(
+        pl.any_horizontal(pl.col("_clean").str.contains(p.pattern) for p in dated).any()
+    ).item():
+        return _remember_dates(df, carry)
     own = pl.coalesce(
         pl.when("_has_prefix").then(pl.col("ts").str.slice(0, 10)),
         pl.col("_o_us").cast(pl.Datetime("us")).dt.strftime("%Y-%m-%d"),
@@ -303,19 +318,19 @@ def _time_only(df: pl.DataFrame, forms: Prefixes, opts: ParseOptions, carry: Str
     fixed = pl.col("_prefix").ne_missing(pl.col("_before"))
     redo = df.filter(fixed).drop(_SGLANG_COLS)
     redo = _sglang_prefix(redo, forms.sglang.tail).with_columns(pl.col("_date_how").alias("_dated"))
-    df = pl.concat([df.filter(~fixed), redo], how="diagonal_relaxed").sort("_row")
+    df = _write_back(df, redo.select("_row", *_SGLANG_COLS, "_dated", "_prefix", "_clean"))
     df = _remember_dates(df, carry)
     return df.drop("_date", "_date_how", "_before")
 
 
 def _remember_dates(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
+    """Each file's last date in the batch (a file with no dated line keeps the one it had)."""
     last = (
-        df.filter(pl.col("_has_prefix"))
+        df.select("source_key", "ts")
         .group_by("source_key")
-        .agg(pl.col("ts").last().str.slice(0, 10))
-        .drop_nulls()
+        .agg(pl.col("ts").drop_nulls().last().str.slice(0, 10))
     )
-    carry.last_date.update(dict(last.iter_rows()))
+    carry.last_date.update({k: d for k, d in last.iter_rows() if d is not None})
     return df
 
 
@@ -356,25 +371,28 @@ def _sglang_prefix(df: pl.DataFrame, tail: str) -> pl.DataFrame:
 
 
 def _other_clocks(df: pl.DataFrame, forms: tuple[Prefix, ...]) -> pl.DataFrame:
-    """Times of non-SGLang formats read in the body (router UTC, mini_lb local, UCX epoch...)."""
-    df = df.with_columns(
-        pl.lit(None, pl.Int64).alias("_c_us"), pl.lit(None, pl.Boolean).alias("_c_utc"),
-        pl.lit(None, pl.Int32).alias("_c_prec"),
-    )  # fmt: skip
+    """Times of non-SGLang formats read in the body (router UTC, mini_lb local, UCX epoch...).
+
+    Tried only on the lines without an SGLang time (few, in most files), written back by position.
+    """
+    cols = {"_c_us": pl.Int64(), "_c_utc": pl.Boolean(), "_c_prec": pl.Int32()}
+    df = df.with_columns(pl.lit(None, t).alias(n) for n, t in cols.items())
+    part = df.filter(pl.col("ts").is_null()).select("_row", "body", "_prefix", *cols)
+    hit_any = False
     for form in forms:
-        # NULL for lines already timed: the regex skips them (most lines have the SGLang prefix).
-        text = pl.when(pl.col("ts").is_null() & pl.col("_c_us").is_null()).then(pl.col("body"))
-        hit = text.str.contains(form.pattern)
-        if not df.select(hit.any()).item():
+        text = pl.when(pl.col("_c_us").is_null()).then(pl.col("body"))
+        hit = text.str.contains(form.pattern).fill_null(False)
+        if part.height == 0 or not part.select(hit.any()).item():
             continue
-        df = df.with_columns(hit.fill_null(False).alias("_hit"))
-        df = df.with_columns(
+        part = part.with_columns(hit.alias("_hit"))
+        part = part.with_columns(
             pl.when("_hit").then(pl.col("body")).str.extract_groups(form.pattern).alias("_m")
         )
         when_us, utc, prec = _form_time(form, pl.col("_m").struct.field)
         if when_us is None:
             continue
-        df = df.with_columns(
+        hit_any = True
+        part = part.with_columns(
             pl.when("_hit").then(when_us).otherwise(pl.col("_c_us")).alias("_c_us"),
             pl.when("_hit").then(utc).otherwise(pl.col("_c_utc")).alias("_c_utc"),
             pl.when("_hit").then(prec).otherwise(pl.col("_c_prec")).alias("_c_prec"),
@@ -383,7 +401,7 @@ def _other_clocks(df: pl.DataFrame, forms: tuple[Prefix, ...]) -> pl.DataFrame:
             .otherwise(pl.col("_prefix"))
             .alias("_prefix"),
         ).drop("_m", "_hit")
-    return df
+    return _write_back(df, part.select("_row", "_prefix", *cols)) if hit_any else df
 
 
 def _naive_us(df: pl.DataFrame) -> pl.Expr:
@@ -431,7 +449,7 @@ def _offset_text(us: int) -> str:
 
 
 def _app_time(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
-    """app_ts_us: the line's own time in UTC; `_zone` says how a zone-less time was placed."""
+    """app_ts_us: the line's own time in UTC; `_zoned`: it was read in a zone (see zone_read)."""
     local_naive = pl.coalesce(
         pl.col("_naive"), pl.when(~pl.col("_c_utc")).then("_c_us"), pl.when(~pl.col("_o_utc")).then("_o_us")
     )
@@ -448,27 +466,26 @@ def _app_time(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.Da
         offset = pl.col("host").replace_strict(offsets, default=None, return_dtype=pl.Int64)
         by_zone = _zone_convert(pl.col("_local"), LOCAL_TZ)
         local = pl.when(offset.is_not_null()).then(pl.col("_local") - offset).otherwise(by_zone)
-        how = {
-            h: f"{_offset_text(off)}, inferred from {carry.host_offset_how.get(h, 'UTC times')}"
-            for h, off in offsets.items()
-        }
-        zone_how = pl.col("host").replace_strict(
-            how, default=f"{LOCAL_TZ}, this machine's zone (no --tz, and no UTC time to compare with)",
-            return_dtype=pl.String,
-        )  # fmt: skip
     else:
         local = _zone_convert(pl.col("_local"), zone)
-        zone_how = pl.lit(f"{zone}, from --tz")
     own_local = pl.col("_naive").is_not_null() | pl.col("_utc").is_null()
     app = pl.when(pl.col("_naive").is_null() & pl.col("_utc").is_not_null()).then("_utc").otherwise(local)
     df = df.with_columns(
         app.alias("app_ts_us"),
-        pl.when(own_local & pl.col("_local").is_not_null() & pl.col("ts_us").is_null())
-        .then(zone_how)
-        .alias("_zone"),
+        (own_local & pl.col("_local").is_not_null() & pl.col("ts_us").is_null()).alias("_zoned"),
     )
     return df.drop("_naive", "_local", "_utc", "_pair_utc", "ts", "frac", "_c_us", "_c_utc", "_c_prec",
                    "_o_us", "_o_utc", "_o_prec")  # fmt: skip
+
+
+def zone_read(host: str | None, opts: ParseOptions, carry: StreamCarry) -> str:
+    """The zone a host's zone-less times were read in, and why (for the ingest summary)."""
+    if opts.tz is not None:
+        return f"{opts.tz}, from --tz"
+    if host in carry.host_offsets_us:
+        how = carry.host_offset_how.get(host, "UTC times")
+        return f"UTC{_offset_text(carry.host_offsets_us[host])}, inferred from {how}"
+    return f"{LOCAL_TZ}, this machine's zone (no --tz, and no UTC time to compare with)"
 
 
 def _zone_convert(naive_us: pl.Expr, zone: str) -> pl.Expr:
@@ -660,9 +677,12 @@ def _match_and_extract(df: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame
         .group_by("_row")
         .agg(pl.col("entry_idx").min().alias("error_idx"))
     )
-    # Row order is what the passes after this read (forward fills, running counts): keep it.
-    df = df.join(hits.select("_row", "entry_idx"), on="_row", how="left", maintain_order="left")
-    df = df.join(errors, on="_row", how="left", maintain_order="left")
+
+    # By position (df's rows are in _row order): a scatter, not a join that copies every column.
+    def at_rows(frame: pl.DataFrame, col: str) -> pl.Series:  # scatter writes in place: a new series each
+        return pl.Series(col, [None] * df.height, dtype=pl.Int32).scatter(frame["_row"], frame[col])
+
+    df = df.with_columns(at_rows(hits, "entry_idx"), at_rows(errors, "error_idx"))
     return df, hits.drop("entry_idx")
 
 
@@ -735,14 +755,15 @@ def _join_pieces(df: pl.DataFrame) -> pl.DataFrame:
     joins_next = pl.col("_partial").fill_null(False) | pl.col("message").str.len_bytes().is_between(
         *LINE_MAX_BYTES
     )
-    loose = pl.when(~pl.col("_has_prefix") & pl.col("_prefix").is_null()).then(pl.col("body"))
-    indented = loose.str.contains(r"^[ \t]+\S").fill_null(False) & ~loose.str.contains(NOT_WRAP).fill_null(
-        False
-    )
-    flags = df.select(joins_next.alias("_jn"), indented.alias("_ind"))
-    if not (flags["_jn"].any() or flags["_ind"].any()):
+    # Indented lines without a prefix (few: tracebacks, dumps) are the only wrap candidates.
+    body = pl.col("body")
+    loose = df.filter(~pl.col("_has_prefix") & pl.col("_prefix").is_null() & body.str.contains(r"^[ \t]+\S"))
+    wraps = loose.filter(~body.str.contains(NOT_WRAP))["_row"]
+    splits = df.select(joins_next.any()).item()
+    if not splits and wraps.len() == 0:
         return df.with_columns(pl.lit(False).alias("_piece"))
-    df = df.hstack(flags).with_columns(_stream_key().alias("_stream"))
+    indented = pl.repeat(False, df.height, eager=True).scatter(wraps, True) if wraps.len() else False
+    df = df.with_columns(joins_next.alias("_jn"), pl.lit(indented).alias("_ind"))
     # A wrapped line continues a prefixed line that does not open a block ("...:" then a dump).
     opener = pl.col("_has_prefix") & ~pl.col("body").str.strip_chars_end().str.ends_with(":") & ~pl.col("_jn")
     wrap = pl.col("_ind") & pl.when(~pl.col("_ind")).then(opener).forward_fill().over("_stream").fill_null(
@@ -777,7 +798,7 @@ def _join_pieces(df: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.col("body"))
     )
     return df.with_columns(body.alias("body")).drop(
-        "_jn", "_ind", "_stream", "_split", "_prev_last", "_ptext", "_head_id", "_added"
+        "_jn", "_ind", "_split", "_prev_last", "_ptext", "_head_id", "_added"
     )
 
 
@@ -820,49 +841,56 @@ def _engine(df: pl.DataFrame, fields: pl.DataFrame, catalog: Catalog, carry: Str
         {i: e.engine for i, e in enumerate(entries)}, default=None, return_dtype=pl.String
     )
     pd = pl.repeat(False, df.height, eager=True)
-    stats = [i for i, e in enumerate(entries) if e.event in PD_FIELDS]
     pd_cols = [c for cols in PD_FIELDS.values() for c in cols]
     rows = fields.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in pd_cols))["_row"]
     if rows.len():
         pd = pd.scatter(rows, True)
-    is_stats = pl.col("entry_idx").is_in(stats)
-    vote = (
-        pl.when(is_stats & pl.col("_pd"))
-        .then(entry_engine)
-        .when(is_stats)
-        .then(pl.lit("plain_") + entry_engine)
-        .when(entry_engine.is_in(["prefill", "decode"]))
-        .then(entry_engine)
-    )
+    # The vote of each entry (index into VOTES): a stats entry votes plain_* without PD fields.
+    pd_votes, plain_votes = {}, {}
+    for i, e in enumerate(entries):
+        if e.engine in ("prefill", "decode"):
+            pd_votes[i] = VOTES.index(e.engine)
+            plain_votes[i] = VOTES.index(f"plain_{e.engine}") if e.event in PD_FIELDS else pd_votes[i]
+    idx = pl.col("entry_idx")
+    vote = pl.when(pl.col("_pd")).then(idx.replace_strict(pd_votes, default=None, return_dtype=pl.Int8))
+    vote = vote.otherwise(idx.replace_strict(plain_votes, default=None, return_dtype=pl.Int8))
     df = df.with_columns(
         name.replace_strict(named, default=None, return_dtype=pl.String).alias("_by_name"),
         entry_engine.alias("_entry_engine"),
         pd.alias("_pd"),
     ).with_columns(vote.alias("_vote"))
-    df = df.join(_engine_by_lines(df, carry), on="_row", how="left", maintain_order="left")
+    df = df.with_columns(_engine_by_lines(df, carry)["_by_lines"])  # in _row order
     return df.with_columns(
         pl.coalesce("_by_lines", "_by_name", "_entry_engine", pl.lit("other")).alias("engine"),
     ).drop("_entry_engine", "_pd", "_vote")
 
 
 def _engine_by_lines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
-    """(_row, _by_lines): the engine each unit's lines so far show (see _engine); NULL: no evidence."""
-    key = pl.concat_str([pl.col("host").fill_null("\0"), pl.col("unit").fill_null("\0")], separator="\x1f")
+    """(_row, _by_lines): the engine each unit's lines so far show (see _engine); NULL: no evidence.
+
+    Counted on the lines that vote only, then carried forward over the unit's other lines.
+    """
+    key = pl.struct(pl.col("host"), pl.col("unit")).hash(seed=13)  # a unit, as one cheap integer
     df = df.select("_row", key.alias("_ukey"), "_vote", "_by_name")
-    if df["_vote"].null_count() == df.height and not carry.unit_votes:
-        return df.select("_row", pl.lit(None, pl.String).alias("_by_lines"))
+    seed_engine = pl.col("_ukey").replace_strict(carry.unit_engine, default=None, return_dtype=pl.String)
+    votes = df.filter(pl.col("_vote").is_not_null())
+    if votes.height == 0:
+        return df.select(
+            "_row", (seed_engine if carry.unit_engine else pl.lit(None, pl.String)).alias("_by_lines")
+        )
     counts = [
-        ((pl.col("_vote") == v).fill_null(False).cast(pl.Int64).cum_sum().over("_ukey")
+        ((pl.col("_vote") == i).cast(pl.Int64).cum_sum().over("_ukey")
          + pl.col("_ukey").replace_strict({k: c[i] for k, c in carry.unit_votes.items()}, default=0,
                                          return_dtype=pl.Int64)).alias(f"_n{i}")
-        for i, v in enumerate(VOTES)
+        for i in range(len(VOTES))
     ]  # fmt: skip
-    pd_vote = pl.col("_vote").is_in(["prefill", "decode"])
+    pd_vote = pl.col("_vote") <= 1
+    as_engine = pl.when(pl.col("_vote") == 0).then(pl.lit("prefill")).otherwise(pl.lit("decode"))
     last = pl.coalesce(
-        pl.when(pd_vote).then("_vote").forward_fill().over("_ukey"),
+        pl.when(pd_vote).then(as_engine).forward_fill().over("_ukey"),
         pl.col("_ukey").replace_strict(carry.unit_last, default=None, return_dtype=pl.String),
     )
-    df = df.with_columns(*counts, last.alias("_last"))
+    votes = votes.with_columns(*counts, last.alias("_last"))
     p, d, pp, pd_ = (pl.col(f"_n{i}") for i in range(4))
     by_lines = (
         pl.when(p + d > 0)
@@ -872,18 +900,25 @@ def _engine_by_lines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
         .when(pd_ > 0)
         .then(pl.when(pl.col("_by_name") == "prefill").then(pl.lit("unified")).otherwise(pl.lit("decode")))
     )
-    df = df.with_columns(by_lines.alias("_by_lines"))
-    ends = df.group_by("_ukey").agg(pl.col("_n0", "_n1", "_n2", "_n3", "_last").last())
-    for ukey, *n, last_engine in ends.iter_rows():
+    votes = votes.with_columns(by_lines.alias("_by_lines"))
+    at_votes = pl.Series("_by_lines", [None] * df.height, dtype=pl.String).scatter(
+        votes["_row"], votes["_by_lines"]
+    )
+    out = df.with_columns(at_votes).select(
+        "_row", pl.coalesce(pl.col("_by_lines").forward_fill().over("_ukey"), seed_engine).alias("_by_lines")
+    )
+    ends = votes.group_by("_ukey").agg(pl.col("_n0", "_n1", "_n2", "_n3", "_last", "_by_lines").last())
+    for ukey, *n, last_engine, engine in ends.iter_rows():
         carry.unit_votes[ukey] = tuple(n)  # type: ignore[assignment]
         if last_engine is not None:
             carry.unit_last[ukey] = last_engine
-    return df.select("_row", "_by_lines")
+        if engine is not None:
+            carry.unit_engine[ukey] = engine
+    return out
 
 
 def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     """cont_of = line_id of the head record for the continuation lines of a multi-line record."""
-    df = df.with_columns(_stream_key().alias("_stream"))
     loose = ~pl.col("_has_prefix") & pl.col("entry_idx").is_null()
     # A loose line after a prefixed line ending with ':' (e.g. "debug info:") continues it too.
     opens = pl.when(~loose).then(pl.col("body").str.strip_chars_end().str.ends_with(":"))
@@ -946,6 +981,7 @@ def parse_records(
     df = _strip_prefixes(df, opts, carry)
     df = _app_time(df, opts, carry)
     df = _best_time(df, carry)
+    df = df.with_columns(_stream_key().alias("_stream"))
     df = _join_pieces(df)
     df, fields = _match_and_extract(df, cat)
     df = _engine(df, fields, cat, carry)
@@ -970,7 +1006,7 @@ def parse_records(
         .join(fields, on="_row", how="left", maintain_order="left")
         .drop("_row")
     )
-    return Parsed(lines=lines, events=events, stats=_source_stats(df))
+    return Parsed(lines=lines, events=events, stats=_source_stats(df, opts, carry))
 
 
 STATS_KEY = ["source", "host", "unit"]
@@ -983,27 +1019,48 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
 }  # fmt: skip
 
 
-def _source_stats(df: pl.DataFrame) -> pl.DataFrame:
+def _source_stats(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
     """lines; no_prefix: first lines of records with no prefix form and no catalog entry (not
     understood); no_time: first lines of records without a time of their own (journal or text);
-    the zone a zone-less time was read in and why; the engines the name and the lines gave."""
-    head = pl.col("cont_of").is_null() & (pl.col("message").str.strip_chars() != "")
-    own_prefix = pl.col("_has_prefix") | pl.col("_prefix").is_not_null()
-    own_time = pl.col("app_ts_us").is_not_null() | (pl.col("ts_origin") == "journal")
-    stats = df.group_by(STATS_KEY).agg(
-        pl.len().cast(pl.Int64).alias("lines"),
-        (head & ~own_prefix & pl.col("event").is_null()).sum().cast(pl.Int64).alias("no_prefix"),
-        (head & ~own_time).sum().cast(pl.Int64).alias("no_time"),
-        (pl.col("ts_origin") == "inherited").sum().cast(pl.Int64).alias("inherited_time"),
-        pl.col("_dated").is_not_null().sum().cast(pl.Int64).alias("time_only"),
-        pl.col("_piece").sum().cast(pl.Int64).alias("joined"),
+    the zone a zone-less time was read in and why; the engines the name and the lines gave.
+
+    The per-line counts are taken on the few lines they concern (a filter, then a group_by).
+    """
+    first = pl.col("cont_of").is_null()
+    no_prefix = first & ~pl.col("_has_prefix") & pl.col("_prefix").is_null() & pl.col("entry_idx").is_null()
+    no_time = first & pl.col("app_ts_us").is_null() & (pl.col("ts_origin") != "journal")
+    inherited = pl.col("ts_origin") == "inherited"
+    odd = df.filter(no_time | no_prefix | inherited | pl.col("_dated").is_not_null() | pl.col("_piece"))
+    # Blank lines are no record of their own.
+    text = pl.col("message").str.contains(r"\S")
+    counts = odd.group_by(STATS_KEY).agg(
+        (no_prefix & text).sum().alias("no_prefix"),
+        (no_time & text).sum().alias("no_time"),
+        inherited.sum().alias("inherited_time"),
+        pl.col("_dated").is_not_null().sum().alias("time_only"),
+        pl.col("_piece").sum().alias("joined"),
         pl.col("_dated").drop_nulls().first().alias("date_from"),
-        pl.col("_zone").drop_nulls().first().alias("zone"),
-        pl.col("_by_name").drop_nulls().first().alias("engine_by_name"),
-        pl.col("_by_lines").drop_nulls().last().alias("engine_by_lines"),
+    )
+    stats = df.group_by(STATS_KEY).agg(
+        pl.len().alias("lines"),
+        pl.col("_zoned").any().alias("_zoned"),
+        pl.col("_by_name").last().alias("engine_by_name"),
+        pl.col("_by_lines").last().alias("engine_by_lines"),
+    )
+    stats = stats.join(counts, on=STATS_KEY, how="left", nulls_equal=True).with_columns(
+        pl.col("no_prefix", "no_time", "inherited_time", "time_only", "joined").fill_null(0)
+    )
+    zones = {h: zone_read(h, opts, carry) for h in stats["host"].unique().to_list()}
+    stats = stats.with_columns(
+        pl.when("_zoned")
+        .then(
+            pl.col("host").replace_strict(zones, default=zone_read(None, opts, carry), return_dtype=pl.String)
+        )
+        .alias("zone")
     )
     forms = (
-        df.filter(pl.col("_prefix").is_not_null())
+        df.select(*STATS_KEY, "_prefix")
+        .filter(pl.col("_prefix").is_not_null())
         .group_by([*STATS_KEY, "_prefix"])
         .len()
         .group_by(STATS_KEY)
