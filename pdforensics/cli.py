@@ -100,6 +100,12 @@ def ingest(
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress and no summary table.")] = False,
+    date: Annotated[
+        str | None, typer.Option(help="Date (YYYY-MM-DD) of time-only prefixes no other line dates.")
+    ] = None,
+    prefixes: Annotated[
+        list[Path] | None, typer.Option("--prefixes", help="Extra line prefix forms (TOML), repeatable.")
+    ] = None,
 ) -> None:
     """Read the journal and/or log files into the database, then print the one-line verdict."""
     from pdforensics.api import run_ingest
@@ -108,7 +114,7 @@ def ingest(
     summary, verdict = run_ingest(
         db=db, since=since, until=until, units=unit, directories=directory, journal_files=journal_file,
         files=file, tz=tz, host=host, catalogs=catalog, watchdog_timeout=watchdog_timeout, grace=grace,
-        progress=not quiet and sys.stderr.isatty(), now_us=_now_us(),
+        progress=not quiet and sys.stderr.isatty(), now_us=_now_us(), date=date, prefix_files=prefixes,
     )  # fmt: skip
     if not quiet:
         print_ingest_summary(summary)

@@ -967,7 +967,10 @@ def _suppressed_unit(lines: pl.DataFrame, events: pl.DataFrame, catalog: Catalog
 class Parsed:
     lines: pl.DataFrame  # schema.LINE_COLUMNS minus ingest_id
     events: pl.DataFrame  # schema.EVENT_COLUMNS
-    stats: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STATS_SCHEMA))
+    stats: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=STATS_SCHEMA)
+    )  # see _source_stats
+    odd: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"line_id": pl.Int64}))
 
 
 def parse_records(
@@ -1006,7 +1009,8 @@ def parse_records(
         .join(fields, on="_row", how="left", maintain_order="left")
         .drop("_row")
     )
-    return Parsed(lines=lines, events=events, stats=_source_stats(df, opts, carry))
+    stats, odd = _source_stats(df, opts, carry)
+    return Parsed(lines=lines, events=events, stats=stats, odd=odd)
 
 
 STATS_KEY = ["source", "host", "unit"]
@@ -1019,36 +1023,37 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
 }  # fmt: skip
 
 
-def _source_stats(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
-    """lines; no_prefix: first lines of records with no prefix form and no catalog entry (not
-    understood); no_time: first lines of records without a time of their own (journal or text);
-    the zone a zone-less time was read in and why; the engines the name and the lines gave.
+ODD_FLAGS = ["no_prefix", "no_time", "inherited_time", "time_only", "joined"]
 
-    The per-line counts are taken on the few lines they concern (a filter, then a group_by).
+
+def _source_stats(
+    df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stats, odd). stats: per source and unit, STATS_SCHEMA. odd: the lines the counts concern
+    (line_id, the key, one flag per count, date_from), so that ingest can count only what it stores.
+
+    no_prefix: first lines of records with no prefix form and no catalog entry (not understood);
+    no_time: first lines of records without a time of their own (journal or text); blank lines
+    count in neither. Also the zone a zone-less time was read in and why, the engines the name
+    and the lines gave, and the prefix forms seen.
     """
     first = pl.col("cont_of").is_null()
     no_prefix = first & ~pl.col("_has_prefix") & pl.col("_prefix").is_null() & pl.col("entry_idx").is_null()
     no_time = first & pl.col("app_ts_us").is_null() & (pl.col("ts_origin") != "journal")
     inherited = pl.col("ts_origin") == "inherited"
-    odd = df.filter(no_time | no_prefix | inherited | pl.col("_dated").is_not_null() | pl.col("_piece"))
-    # Blank lines are no record of their own.
+    odd_rows = no_time | no_prefix | inherited | pl.col("_dated").is_not_null() | pl.col("_piece")
     text = pl.col("message").str.contains(r"\S")
-    counts = odd.group_by(STATS_KEY).agg(
-        (no_prefix & text).sum().alias("no_prefix"),
-        (no_time & text).sum().alias("no_time"),
-        inherited.sum().alias("inherited_time"),
-        pl.col("_dated").is_not_null().sum().alias("time_only"),
-        pl.col("_piece").sum().alias("joined"),
-        pl.col("_dated").drop_nulls().first().alias("date_from"),
-    )
+    odd = df.filter(odd_rows).select(
+        "line_id", *STATS_KEY,
+        (no_prefix & text).alias("no_prefix"), (no_time & text).alias("no_time"),
+        inherited.alias("inherited_time"), pl.col("_dated").is_not_null().alias("time_only"),
+        pl.col("_piece").alias("joined"), pl.col("_dated").alias("date_from"),
+    )  # fmt: skip
     stats = df.group_by(STATS_KEY).agg(
         pl.len().alias("lines"),
         pl.col("_zoned").any().alias("_zoned"),
         pl.col("_by_name").last().alias("engine_by_name"),
         pl.col("_by_lines").last().alias("engine_by_lines"),
-    )
-    stats = stats.join(counts, on=STATS_KEY, how="left", nulls_equal=True).with_columns(
-        pl.col("no_prefix", "no_time", "inherited_time", "time_only", "joined").fill_null(0)
     )
     zones = {h: zone_read(h, opts, carry) for h in stats["host"].unique().to_list()}
     stats = stats.with_columns(
@@ -1066,11 +1071,30 @@ def _source_stats(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> p
         .group_by(STATS_KEY)
         .agg(pl.format("{}={}", "_prefix", "len").str.join(", ").alias("prefixes"))
     )
-    if forms.height:
-        stats = stats.join(forms.select(*STATS_KEY, "prefixes"), on=STATS_KEY, how="left", nulls_equal=True)
-    else:
-        stats = stats.with_columns(pl.lit(None, pl.String).alias("prefixes"))
-    return stats.select(list(STATS_SCHEMA)).cast(STATS_SCHEMA)  # type: ignore[arg-type]
+    stats = stats.join(forms, on=STATS_KEY, how="left", nulls_equal=True)
+    return with_counts(stats.drop("_zoned"), odd), odd
+
+
+def with_counts(per_key: pl.DataFrame, odd: pl.DataFrame) -> pl.DataFrame:
+    """per_key (STATS_KEY, lines and the per-unit texts) with the counts of `odd` added."""
+    counts = odd.group_by(STATS_KEY).agg(
+        *[pl.col(c).sum().cast(pl.Int64) for c in ODD_FLAGS], pl.col("date_from").drop_nulls().first()
+    )
+    out = per_key.drop(*ODD_FLAGS, "date_from", strict=False).join(
+        counts, on=STATS_KEY, how="left", nulls_equal=True
+    )
+    out = out.with_columns(pl.col(ODD_FLAGS).fill_null(0))
+    return out.select(list(STATS_SCHEMA)).cast(STATS_SCHEMA)  # type: ignore[arg-type]
+
+
+def kept_stats(parsed: Parsed) -> pl.DataFrame:
+    """parsed.stats counting only the lines still in parsed.lines (ingest drops the lines parsed as
+    context only, and a plain file's lines outside the window)."""
+    lines = parsed.lines.group_by(STATS_KEY).agg(pl.len().cast(pl.Int64).alias("lines"))
+    texts = parsed.stats.drop("lines", *ODD_FLAGS, "date_from")
+    per_key = lines.join(texts, on=STATS_KEY, how="left", nulls_equal=True)
+    odd = parsed.odd.join(parsed.lines.select("line_id"), on="line_id", how="semi")
+    return with_counts(per_key, odd)
 
 
 def parse_messages(lines: list[str], catalog: Catalog | None = None, tz: str = "UTC") -> pl.DataFrame:
