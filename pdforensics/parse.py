@@ -1097,6 +1097,34 @@ def kept_stats(parsed: Parsed) -> pl.DataFrame:
     return with_counts(per_key, odd)
 
 
+def read_prefixes(records: pl.DataFrame, opts: ParseOptions) -> pl.DataFrame:
+    """What the prefix pass reads from each record: body (the text the catalog matches), host,
+    unit, pid, ranks, app_ts_us, partial, the forms found (for the prefix samples' tests)."""
+    df = records.select(list(RECORD_SCHEMA)).with_row_index("_row")
+    df = df.with_columns(pl.col("_row").cast(pl.Int64).alias("line_id"))
+    df = _app_time(_strip_prefixes(df, opts, StreamCarry()), opts, StreamCarry())
+    return df.select(
+        "body", "host", "unit", "pid", "tp_rank", "dp_rank", "app_ts_us", "app_ts_precision_us",
+        pl.col("_partial").fill_null(False).alias("partial"), pl.col("_prefix").alias("prefixes"),
+    )  # fmt: skip
+
+
+def records_of(
+    lines: list[str], source: str = "inline", host: str = "local", unit: str = "inline"
+) -> pl.DataFrame:
+    """Bare lines as the records of one plain file."""
+    records = pl.DataFrame(
+        {"source": source, "source_key": source, "seq": list(range(len(lines))), "message": lines,
+         "host": host, "unit": unit}
+    )  # fmt: skip
+    records = records.with_columns(
+        pl.lit(None, dtype).alias(n)
+        for n, dtype in RECORD_SCHEMA.items()
+        if n not in ("source", "source_key", "seq", "message", "host", "unit")
+    )
+    return records.select([pl.col(n).cast(t) for n, t in RECORD_SCHEMA.items()])
+
+
 def parse_messages(lines: list[str], catalog: Catalog | None = None, tz: str = "UTC") -> pl.DataFrame:
     """Parse bare log lines (as in a plain file): one row per line, events' fields included."""
     records = pl.DataFrame(
