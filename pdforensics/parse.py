@@ -33,6 +33,7 @@ ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 # catalog/prefixes.toml.
 # journald splits a stream line longer than LineMax (48K by default) into entries of that size.
 LINE_MAX_BYTES = (48 * 1024 - 1, 48 * 1024)
+SGLANG_START = r"^\[\d{4}-\d{2}-\d{2}[ T]"  # a line that starts with the SGLang prefix (dated)
 # An indented line that is not a traceback's frame, caret or blank: a wrapped piece of the line above.
 NOT_WRAP = r"^\s*$|^\s+(?:File \"|\^|~|at |\.\.\.|Traceback|During handling)"
 ENGINE_FROM_NAME = [
@@ -159,7 +160,7 @@ def _outer_prefixes(df: pl.DataFrame, forms: Prefixes) -> pl.DataFrame:
     df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
     for form in forms.of_kind("outer"):
         # NULL for lines that start with an SGLang prefix by now: the regex skips them.
-        text = pl.when(~pl.col("_clean").str.starts_with("[2")).then(pl.col("_clean"))
+        text = pl.when(~pl.col("_clean").str.contains(SGLANG_START)).then(pl.col("_clean"))
         hit = text.str.contains(form.pattern)
         if not df.select(hit.any()).item():
             continue
@@ -265,7 +266,7 @@ def _repairs(df: pl.DataFrame, forms: tuple[Prefix, ...], with_date: bool) -> pl
     for form in forms:
         if ("{date}" in form.insert) != with_date:
             continue
-        text = pl.when(~pl.col("_clean").str.starts_with("[2")).then(pl.col("_clean"))
+        text = pl.when(~pl.col("_clean").str.contains(SGLANG_START)).then(pl.col("_clean"))
         hit = text.str.contains(form.pattern).fill_null(False)
         if with_date:
             hit = hit & pl.col("_date").is_not_null()
@@ -764,8 +765,9 @@ def _join_pieces(df: pl.DataFrame) -> pl.DataFrame:
         return df.with_columns(pl.lit(False).alias("_piece"))
     indented = pl.repeat(False, df.height, eager=True).scatter(wraps, True) if wraps.len() else False
     df = df.with_columns(joins_next.alias("_jn"), pl.lit(indented).alias("_ind"))
-    # A wrapped line continues a prefixed line that does not open a block ("...:" then a dump).
-    opener = pl.col("_has_prefix") & ~pl.col("body").str.strip_chars_end().str.ends_with(":") & ~pl.col("_jn")
+    # A wrapped line continues the prefixed line above it, through other wrapped lines; a
+    # traceback's frame line (NOT_WRAP) or any unindented line ends the chain.
+    opener = pl.col("_has_prefix") & ~pl.col("_jn")
     wrap = pl.col("_ind") & pl.when(~pl.col("_ind")).then(opener).forward_fill().over("_stream").fill_null(
         False
     )
@@ -776,8 +778,9 @@ def _join_pieces(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("body").str.slice(-1).shift(1).over("_stream").alias("_prev_last"),
     )
     text = pl.when(pl.col("_split")).then(pl.col("body")).otherwise(pl.col("body").str.strip_chars_start())
-    # A wrap inside a word or number ("bootstrap_room=12345" + "6789") joins without a space.
-    glued = pl.col("_prev_last").str.contains(r"^\w$") & text.str.slice(0, 1).str.contains(r"^\w$")
+    # A wrap inside a number ("bootstrap_room=12345" + "6789") joins without a space; any other
+    # wrap is taken to be at a space (reporters wrap at words; a word cut in two gets a space).
+    glued = pl.col("_prev_last").str.contains(r"^\d$") & text.str.slice(0, 1).str.contains(r"^\d$")
     sep = pl.when(pl.col("_split") | glued.fill_null(False)).then(pl.lit("")).otherwise(pl.lit(" "))
     df = df.with_columns(
         pl.when("_piece").then(pl.concat_str([sep, text])).alias("_ptext"),
