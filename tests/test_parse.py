@@ -282,3 +282,72 @@ def test_bundled_catalog_reads_every_real_log(real_logs_dir: Path) -> None:
     stats = pl.Series(lines).str.contains(r"(?:Prefill|Decode) batch")
     assert out["event"].filter(stats).is_in(["prefill_stats", "decode_stats"]).all()
     assert out["parse_error"].null_count() == len(lines)
+
+
+def test_cri_partial_lines_are_one_record() -> None:
+    from pdforensics.catalog import load_catalog
+
+    msgs = [
+        "2026-05-16T12:44:55.100000000Z stderr P [2026-05-16 12:44:55 TP0] Prefill bootstrap failed for reque",
+        "2026-05-16T12:44:55.100000000Z stderr P st rank=0 req.rid='r1' req.bootstrap_room=12",
+        "2026-05-16T12:44:55.100000000Z stderr F 345 with exception KVTransferError(bootstrap_room=12345): boom",
+        "2026-05-16T12:44:56.000000000Z stdout F [2026-05-16 12:44:56] next",
+    ]
+    parsed = parse_records(records(msgs, unit=["c"] * 4), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    ev = parsed.events
+    assert ev["event"].to_list() == ["prefill_bootstrap_failed"]
+    assert ev["bootstrap_room"].to_list() == [12345] and ev["rid"].to_list() == ["r1"]
+    lines = parsed.lines
+    assert lines["cont_of"].to_list() == [None, 0, 0, None]
+    assert lines["message"].to_list() == msgs  # every piece is stored as it was
+    assert parsed.stats["joined"].to_list() == [2]
+
+
+def test_journald_linemax_split_is_joined() -> None:
+    """journald cuts a stream line at LineMax (48K): the entries that follow continue it."""
+    from pdforensics.catalog import load_catalog
+
+    head = "[2026-11-29 10:00:00] Receive: obj=GenerateReqInput(rid='r9', text='" + "x" * 60_000
+    cut = 48 * 1024
+    msgs = [head[:cut], head[cut:] + "', bootstrap_room=777, bootstrap_host='10.0.0.1')"]
+    recs = records(msgs, ts_us=[utc_us("2026-11-29 10:00:00")] * 2, pid=[7, 7])
+    parsed = parse_records(recs, ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.events["event"].to_list() == ["request_received"]
+    assert parsed.events["bootstrap_room"].to_list() == [777]
+    assert parsed.lines["cont_of"].to_list() == [None, 0]
+
+
+def test_wrapped_room_keeps_its_digits() -> None:
+    from pdforensics.catalog import load_catalog
+
+    msgs = [
+        "[2026-11-29 10:00:00 TP0] Prefill bootstrap failed for request rank=0 req.rid='r1' req.bootstrap_room=1234",
+        "    5678 with exception KVTransferError(bootstrap_room=12345678): Failed to get kvcache from decode",
+    ]
+    parsed = parse_records(records(msgs), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.events["bootstrap_room"].to_list() == [12345678]
+    assert parsed.lines["cont_of"].to_list() == [None, 0]
+
+
+def test_traceback_is_not_taken_for_a_wrap() -> None:
+    from pdforensics.catalog import load_catalog
+
+    msgs = [
+        "[2026-11-29 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/scheduler.py", line 1, in run',
+        "    self.event_loop()",
+        "RuntimeError: boom",
+    ]
+    parsed = parse_records(records(msgs), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.lines["cont_of"].to_list() == [None, 0, 0, 0]
+    assert parsed.stats["joined"].to_list() == [0]
+
+
+def test_loki_labels_name_host_and_unit() -> None:
+    from pdforensics.catalog import load_catalog
+
+    msg = '2026-05-16 12:44:55.560\t{container="sglang-decode", pod="dec-0"}\t[2026-05-16 12:44:55 TP0] hello'
+    lines = parse_records(
+        records([msg], host=["local"]), ParseOptions(catalog=load_catalog(), tz="UTC")
+    ).lines
+    assert (lines["host"][0], lines["unit"][0], lines["engine"][0]) == ("dec-0", "sglang-decode", "decode")
