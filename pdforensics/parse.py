@@ -681,7 +681,11 @@ def _match_and_extract(df: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame
 
     # By position (df's rows are in _row order): a scatter, not a join that copies every column.
     def at_rows(frame: pl.DataFrame, col: str) -> pl.Series:  # scatter writes in place: a new series each
-        return pl.Series(col, [None] * df.height, dtype=pl.Int32).scatter(frame["_row"], frame[col])
+        return (
+            pl.repeat(None, df.height, dtype=pl.Int32, eager=True)
+            .alias(col)
+            .scatter(frame["_row"], frame[col])
+        )
 
     df = df.with_columns(at_rows(hits, "entry_idx"), at_rows(errors, "error_idx"))
     return df, hits.drop("entry_idx")
@@ -904,8 +908,10 @@ def _engine_by_lines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
         .then(pl.when(pl.col("_by_name") == "prefill").then(pl.lit("unified")).otherwise(pl.lit("decode")))
     )
     votes = votes.with_columns(by_lines.alias("_by_lines"))
-    at_votes = pl.Series("_by_lines", [None] * df.height, dtype=pl.String).scatter(
-        votes["_row"], votes["_by_lines"]
+    at_votes = (
+        pl.repeat(None, df.height, dtype=pl.String, eager=True)
+        .alias("_by_lines")
+        .scatter(votes["_row"], votes["_by_lines"])
     )
     out = df.with_columns(at_votes).select(
         "_row", pl.coalesce(pl.col("_by_lines").forward_fill().over("_ukey"), seed_engine).alias("_by_lines")
