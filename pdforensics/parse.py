@@ -124,23 +124,31 @@ def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) ->
     if df["_clean"].str.contains("\r", literal=True).any():
         df = df.with_columns(pl.col("_clean").str.strip_chars_end("\r"))
     forms = opts.prefixes
-    df = _sglang_prefix(df, forms.sglang.tail)
     df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
+    # (`[pod/..] ` and time-only exports take the other way: slower, as correct.)
+    if df.select((~pl.col("_clean").str.starts_with("[")).sum()).item() * 2 > df.height:
+        # An export (journalctl text, CRI, a log viewer's copy): most lines carry an outer prefix.
+        # The forms run on the whole batch first, then the SGLang pass once.
+        df = _repairs(_outer_prefixes(df, forms), forms.of_kind("repair"), with_date=False)
+    df = _sglang_prefix(df, forms.sglang.tail)
     if not df["_has_prefix"].all():
         # Only the lines without SGLang's prefix (a few per file, or all of an export) try the forms.
-        rest = _outer_prefixes(df.filter(~pl.col("_has_prefix")), forms)
+        before = df["_prefix"]
+        df = _outer_prefixes(df, forms, fresh=~pl.col("_has_prefix") & pl.col("_prefix").is_null())
+        rest = df.with_columns(before.alias("_before")).filter(~pl.col("_has_prefix"))
         rest = _repairs(rest, forms.of_kind("repair"), with_date=False)
-        redo = pl.col("_prefix").is_not_null()
+        redo = pl.col("_prefix").ne_missing(pl.col("_before"))  # a form changed the line: read it again
         if rest.select(redo.any()).item():  # else no form matched: nothing to write back
             redone = _sglang_prefix(rest.filter(redo).drop(_SGLANG_COLS), forms.sglang.tail)
-            df = _write_back(df, redone.select(pl.all().exclude(_UNTOUCHED)))
+            df = _write_back(df, redone.select(pl.all().exclude(*_UNTOUCHED, "_before")))
         df = _time_only(df, forms, opts, carry)
     return _other_clocks(df, forms.of_kind("clock")).drop("_clean", strict=False)
 
 
 def _write_back(df: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
     """`part` (rows of df, any order, by _row) written over df's rows: a scatter per column,
-    cheaper than re-sorting every column of the batch for a few changed rows."""
+    cheaper than re-sorting every column of the batch for a few changed rows. df is the whole
+    batch: its row i has _row i."""
     idx = part["_row"]
     cols = [c for c in part.columns if c != "_row"]
     # clone: scatter writes in place, and df's columns may be the caller's records
@@ -155,17 +163,39 @@ _UNTOUCHED = ["source", "source_key", "seq", "cursor", "ts_us", "boot_id", "invo
 _SGLANG_COLS = ["ts", "frac", "dp_rank", "pp_rank", "tp_rank", "ep_rank", "body", "_has_prefix"]
 
 
-def _outer_prefixes(df: pl.DataFrame, forms: Prefixes) -> pl.DataFrame:
-    """Strip each outer form (file order: outermost first) from the lines it matches."""
-    df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
+def _outer_prefixes(df: pl.DataFrame, forms: Prefixes, fresh: pl.Expr | None = None) -> pl.DataFrame:
+    """Strip each outer form (file order: outermost first) from the lines it matches; `fresh`:
+    the lines no form was tried on yet (the others were, before the SGLang pass).
+
+    The forms run on the lines still open (not starting with an SGLang prefix), a shrinking
+    subset; the lines they changed are written back by position.
+    """
+    is_open = ~pl.col("_clean").str.contains(SGLANG_START)
+    work = df.select(
+        "_row",
+        "_clean",
+        "host",
+        "unit",
+        "pid",
+        *_PREFIX_COLS,
+        *([fresh.alias("_fresh")] if fresh is not None else []),
+    )
+    if fresh is not None:
+        work = work.filter("_fresh").drop("_fresh")
+    work = work.filter(is_open)
+    done: list[pl.DataFrame] = []
     for form in forms.of_kind("outer"):
-        # NULL for lines that start with an SGLang prefix by now: the regex skips them.
-        text = pl.when(~pl.col("_clean").str.contains(SGLANG_START)).then(pl.col("_clean"))
-        hit = text.str.contains(form.pattern)
-        if not df.select(hit.any()).item():
+        if work.height == 0:
+            break
+        hit = work["_clean"].str.contains(form.pattern)
+        if not hit.any():
             continue
-        df = _apply_outer(df.with_columns(hit.fill_null(False).alias("_hit")), form, forms.label_keys)
-    return df
+        work = _apply_outer(work.with_columns(hit.alias("_hit")), form, forms.label_keys)
+        still = work.select(is_open).to_series()
+        done.append(work.filter(~still))
+        work = work.filter(still)
+    changed = pl.concat([*done, work]).filter(pl.col("_prefix").is_not_null())
+    return _write_back(df, changed) if changed.height else df
 
 
 def _apply_outer(df: pl.DataFrame, form: Prefix, label_keys: dict[str, tuple[str, ...]]) -> pl.DataFrame:
