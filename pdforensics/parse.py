@@ -99,7 +99,7 @@ class StreamCarry:
     unit_votes: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
     unit_last: dict[int, str] = field(default_factory=dict)
     unit_engine: dict[int, str] = field(default_factory=dict)  # the engine its lines showed so far
-    last_date: dict[str, str] = field(default_factory=dict)  # source_key -> date of its last dated line
+    last_date: dict[str, str] = field(default_factory=dict)  # source_key -> its last dated line's time
     host_offset_how: dict[str, str] = field(default_factory=dict)  # host -> what its offset came from
 
 
@@ -142,6 +142,8 @@ def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) ->
             redone = _sglang_prefix(rest.filter(redo).drop(_SGLANG_COLS), forms.sglang.tail)
             df = _write_back(df, redone.select(pl.all().exclude(*_UNTOUCHED, "_before")))
         df = _time_only(df, forms, opts, carry)
+    else:
+        _remember_dates(df, carry)
     return _other_clocks(df, forms.of_kind("clock")).drop("_clean", strict=False)
 
 
@@ -330,13 +332,23 @@ def _time_only(df: pl.DataFrame, forms: Prefixes, opts: ParseOptions, carry: Str
     ).item():
         return _remember_dates(df, carry)
     own = pl.coalesce(
-        pl.when("_has_prefix").then(pl.col("ts").str.slice(0, 10)),
-        pl.col("_o_us").cast(pl.Datetime("us")).dt.strftime("%Y-%m-%d"),
-    )
+        pl.when("_has_prefix").then(pl.col("ts")),
+        pl.col("_o_us").cast(pl.Datetime("us")).dt.strftime("%Y-%m-%d %H:%M:%S"),
+    )  # "YYYY-MM-DD HH:MM:SS" of the lines that have a date
     seed = pl.col("source_key").replace_strict(carry.last_date, default=None, return_dtype=pl.String)
     before = pl.coalesce(own.forward_fill().over("source_key"), seed)
-    after = own.backward_fill().over("source_key")
-    date = pl.coalesce(before, pl.lit(opts.date, pl.String), after)
+    # Past midnight: a time more than 12 h before the last dated line's is the next day's.
+    secs = [
+        e.str.slice(i, 2).cast(pl.Int64, strict=False)
+        for e in (before.str.slice(11, 8), pl.col("_clean").str.slice(1, 8))
+        for i in (0, 3, 6)
+    ]
+    last_s, line_s = (secs[0] * 3600 + secs[1] * 60 + secs[2]), (secs[3] * 3600 + secs[4] * 60 + secs[5])
+    day = before.str.slice(0, 10)
+    next_day = day.str.strptime(pl.Date, "%Y-%m-%d", strict=False).dt.offset_by("1d").dt.strftime("%Y-%m-%d")
+    before_date = pl.when((last_s - line_s) > 43_200).then(next_day).otherwise(day)
+    after = own.backward_fill().over("source_key").str.slice(0, 10)
+    date = pl.coalesce(before_date, pl.lit(opts.date, pl.String), after)
     how = (
         pl.when(before.is_not_null())
         .then(pl.lit("earlier lines"))

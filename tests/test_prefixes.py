@@ -108,3 +108,22 @@ def test_bad_prefix_file_is_one_usage_error(tmp_path: Path, text: str, message: 
     path.write_text(text)
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace("^", r"\^")):
         read_prefix_file(path)
+
+
+def test_time_only_prefix_past_midnight_is_the_next_day() -> None:
+    lines = ["[2026-05-16 23:59:50] Prefill batch, #new-seq: 1", "[23:59:58] a", "[00:00:03] b"]
+    got = read_prefixes(records_of(lines), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert [utc_text(t) for t in got["app_ts_us"][1:]] == [
+        full("2026-05-16 23:59:58"),
+        full("2026-05-17 00:00:03"),
+    ]
+
+
+def test_time_only_prefix_dated_across_batches() -> None:
+    from pdforensics.parse import StreamCarry, parse_records
+
+    opts = ParseOptions(catalog=load_catalog(), tz="UTC")
+    carry = StreamCarry()
+    parse_records(records_of(["[2026-05-16 10:00:00] hello"]), opts, 0, carry)  # every line dated
+    second = parse_records(records_of(["[10:00:05] Decode batch, #running-req: 1"]), opts, 2, carry)
+    assert utc_text(second.lines["app_ts_us"][0]) == full("2026-05-16 10:00:05")
