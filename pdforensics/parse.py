@@ -1,15 +1,23 @@
 """Records -> lines + events, vectorised with polars.
 
-Three passes over a batch, all column-at-a-time:
-1. *prefix*: strip ANSI colour, `journalctl` short prefixes and docker-compose
-   `service | ` prefixes; read the SGLang `[time RANKS]` prefix (or a custom
-   `SGLANG_LOGGING_CONFIG_PATH` one) into app time and ranks; leave the body.
-2. *match*: one Aho-Corasick pass finds each row's catalog anchors; only those
-   candidate rows run the entry's regex, in catalog order (first match wins).
-3. *extract*: each matched entry's named groups and `fields` become typed
-   event columns; anything not in `schema.EVENT_FIELDS` goes to `extra` JSON.
+The passes over a batch, all column-at-a-time:
+1. *prefix*: strip ANSI colour; read SGLang's `[time RANKS]` prefix (or a custom
+   `SGLANG_LOGGING_CONFIG_PATH` one) by position; on the lines without it, strip the outer
+   prefixes of catalog/prefixes.toml (journalctl, docker-compose, kubectl, CRI, Kibana, Loki,
+   CloudWatch/Datadog CSV...), repair mangled SGLang prefixes (a lost `[`, a time-only prefix
+   dated from the file's other lines or --date), and read the other clocks (router, mini_lb, UCX).
+2. *time*: app time in UTC (zone from --tz, else inferred from journal or outer UTC times, else
+   this machine's, and said so in the stats); a line without one inherits the previous line's.
+3. *join*: records split in several lines (CRI `P` partials, journald LineMax splits, lines a
+   reporter wrapped onto indented lines) are matched as one record.
+4. *match*: one Aho-Corasick pass finds each row's catalog anchors; only those candidate rows
+   run the entry's regex, in catalog order (first match wins).
+5. *extract*: each matched entry's named groups and `fields` become typed event columns;
+   anything not in `schema.EVENT_FIELDS` goes to `extra` JSON.
+6. *engine*: from what the unit's lines show (PD queue fields, PD-only lines; `unified` for a
+   non-PD server), else its name; then continuations and per-source stats (store.source_stats).
 
-Python loops here run over catalog entries, never over lines.
+Python loops here run over catalog entries and prefix forms, never over lines.
 """
 
 from __future__ import annotations
@@ -1178,23 +1186,7 @@ def records_of(
 
 def parse_messages(lines: list[str], catalog: Catalog | None = None, tz: str = "UTC") -> pl.DataFrame:
     """Parse bare log lines (as in a plain file): one row per line, events' fields included."""
-    records = pl.DataFrame(
-        {
-            "source": "inline",
-            "source_key": "inline",
-            "seq": list(range(len(lines))),
-            "message": lines,
-            "host": "local",
-            "unit": "inline",
-        }
-    ).with_columns(
-        [
-            pl.lit(None, dtype).alias(n)
-            for n, dtype in RECORD_SCHEMA.items()
-            if n not in ("source", "source_key", "seq", "message", "host", "unit")
-        ]
-    )
-    records = records.select([pl.col(n).cast(t) for n, t in RECORD_SCHEMA.items()])
+    records = records_of(lines)
     parsed = parse_records(records, ParseOptions(catalog=catalog or load_catalog(), tz=tz))
     out = parsed.lines.select("line_id", "tp_rank", "dp_rank", "app_ts_us", "event", "entry", "parse_error")
     ev = parsed.events.drop(EVENT_BASE_COLUMNS[1:], strict=False)
