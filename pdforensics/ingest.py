@@ -260,7 +260,8 @@ def _ingest(
         status = "complete"
     finally:
         summary.readers = sorted({s.reader for s in sources})
-        _finish_stats(con, summary, context.stats_parts)
+        with suppress(pl.exceptions.PolarsError):  # the stats never cost the run its status
+            _finish_stats(con, summary, context.stats_parts)
         try:
             store.finish_ingest(con, ingest_id, status, ",".join(summary.readers))
         except duckdb.Error:
