@@ -376,6 +376,10 @@ def _time_only(df: pl.DataFrame, forms: Prefixes, opts: ParseOptions, carry: Str
 
 def _remember_dates(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     """Each file's last date in the batch (a file with no dated line keeps the one it had)."""
+    keys, ts = df["source_key"], df["ts"]
+    if keys.len() and keys[0] == keys[-1] and ts[-1] is not None:  # one file, ending dated: no group_by
+        carry.last_date[keys[-1]] = ts[-1]
+        return df
     last = (
         df.select("source_key", "ts")
         .group_by("source_key")
@@ -812,8 +816,8 @@ def _join_pieces(df: pl.DataFrame) -> pl.DataFrame:
     )
     # Indented lines without a prefix (few: tracebacks, dumps) are the only wrap candidates.
     body = pl.col("body")
-    loose = df.filter(~pl.col("_has_prefix") & pl.col("_prefix").is_null() & body.str.contains(r"^[ \t]+\S"))
-    wraps = loose.filter(~body.str.contains(NOT_WRAP))["_row"]
+    loose = df.filter(~pl.col("_has_prefix") & pl.col("_prefix").is_null()).select("_row", "body")
+    wraps = loose.filter(body.str.contains(r"^[ \t]+\S") & ~body.str.contains(NOT_WRAP))["_row"]
     splits = df.select(joins_next.any()).item()
     if not splits and wraps.len() == 0:
         return df.with_columns(pl.lit(False).alias("_piece"))
@@ -929,23 +933,34 @@ def _engine_by_lines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     """
     key = pl.struct(pl.col("host"), pl.col("unit")).hash(seed=13)  # a unit, as one cheap integer
     df = df.select("_row", key.alias("_ukey"), "_vote", "_by_name")
-    seed_engine = pl.col("_ukey").replace_strict(carry.unit_engine, default=None, return_dtype=pl.String)
+    keys = df["_ukey"].unique()
+    # One unit in the batch (a plain file, mostly): plain running sums and scalars, no windows.
+    one = keys.len() == 1
+    k0 = keys[0] if one else None
+
+    def per_unit(e: pl.Expr) -> pl.Expr:
+        return e if one else e.over("_ukey")
+
+    def seeded(table: dict, default: object, dtype: pl.DataType) -> pl.Expr:
+        if one:
+            return pl.lit(table.get(k0, default), dtype)
+        if not table:
+            return pl.lit(default, dtype)
+        return pl.col("_ukey").replace_strict(table, default=default, return_dtype=dtype)
+
+    seed_engine = seeded(carry.unit_engine, None, pl.String())
     votes = df.filter(pl.col("_vote").is_not_null())
     if votes.height == 0:
-        return df.select(
-            "_row", (seed_engine if carry.unit_engine else pl.lit(None, pl.String)).alias("_by_lines")
-        )
+        return df.select("_row", seed_engine.alias("_by_lines"))
     counts = [
-        ((pl.col("_vote") == i).cast(pl.Int64).cum_sum().over("_ukey")
-         + pl.col("_ukey").replace_strict({k: c[i] for k, c in carry.unit_votes.items()}, default=0,
-                                         return_dtype=pl.Int64)).alias(f"_n{i}")
+        (per_unit((pl.col("_vote") == i).cast(pl.Int64).cum_sum())
+         + seeded({k: c[i] for k, c in carry.unit_votes.items()}, 0, pl.Int64())).alias(f"_n{i}")
         for i in range(len(VOTES))
     ]  # fmt: skip
     pd_vote = pl.col("_vote") <= 1
     as_engine = pl.when(pl.col("_vote") == 0).then(pl.lit("prefill")).otherwise(pl.lit("decode"))
     last = pl.coalesce(
-        pl.when(pd_vote).then(as_engine).forward_fill().over("_ukey"),
-        pl.col("_ukey").replace_strict(carry.unit_last, default=None, return_dtype=pl.String),
+        per_unit(pl.when(pd_vote).then(as_engine).forward_fill()), seeded(carry.unit_last, None, pl.String())
     )
     votes = votes.with_columns(*counts, last.alias("_last"))
     p, d, pp, pd_ = (pl.col(f"_n{i}") for i in range(4))
@@ -964,7 +979,7 @@ def _engine_by_lines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
         .scatter(votes["_row"], votes["_by_lines"])
     )
     out = df.with_columns(at_votes).select(
-        "_row", pl.coalesce(pl.col("_by_lines").forward_fill().over("_ukey"), seed_engine).alias("_by_lines")
+        "_row", pl.coalesce(per_unit(pl.col("_by_lines").forward_fill()), seed_engine).alias("_by_lines")
     )
     ends = votes.group_by("_ukey").agg(pl.col("_n0", "_n1", "_n2", "_n3", "_last", "_by_lines").last())
     for ukey, *n, last_engine, engine in ends.iter_rows():
