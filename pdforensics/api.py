@@ -73,11 +73,14 @@ def run_ingest(
     now_us: int,
     watchdog_dialect: str | None = None,
     announce: Callable[[str], None] | None = None,
+    date: str | None = None,
+    prefix_files: list[Path] | None = None,
 ) -> tuple[IngestSummary, Verdict | None]:
     """Ingest, then the window's verdict. `announce` gets one line saying what a whole-journal read
     is about to read (entries, from when); `progress` shows a bar on stderr."""
     from pdforensics.ingest import ingest
 
+    check_date(date)
     window = checked_window(since, until, now_us, tz)
     lock_wait_s = ingest_lock_wait_s()
     selection = Selection(window=window, units=tuple(units or ("sglang*",)))
@@ -89,7 +92,10 @@ def run_ingest(
     con = store.open_db(db, wait_s=lock_wait_s)
     try:
         with IngestProgress(progress, extent.entries, input_files(sources)) as tick:
-            summary = ingest(db, sources, selection, catalog, tz=tz, progress=tick, con=con)
+            summary = ingest(
+                db, sources, selection, catalog, tz=tz, progress=tick, con=con, date=date,
+                prefix_files=prefix_files or (),
+            )  # fmt: skip
         check_unit_globs(con, summary, selection, sources)
         verdict = _verdict_or_none(
             con, window.since_us, window.until_us, watchdog_timeout, grace, sources, now_us
@@ -97,6 +103,20 @@ def run_ingest(
     finally:
         con.close()
     return summary, verdict
+
+
+def check_date(date: str | None) -> None:
+    """--date is a calendar date, YYYY-MM-DD (it dates time-only prefixes)."""
+    if date is None:
+        return
+    import datetime as dt
+
+    try:
+        dt.date.fromisoformat(date)
+    except ValueError:
+        raise UsageError(f"--date {date!r}: give a date as YYYY-MM-DD") from None
+    if len(date) != 10:
+        raise UsageError(f"--date {date!r}: give a date as YYYY-MM-DD")
 
 
 # An ingest that finds the database in use waits this long for it (cron and a manual run

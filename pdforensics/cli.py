@@ -231,6 +231,17 @@ def ingest(
         bool, typer.Option("--json", help="Print {ingest, verdict} as JSON instead of the summary.")
     ] = False,
     check: CheckOpt = False,
+    date: Annotated[
+        str | None,
+        typer.Option(
+            metavar="YYYY-MM-DD",
+            help="Date of time-only prefixes no other line dates. [default: from the other lines]",
+        ),
+    ] = None,
+    prefixes: Annotated[
+        list[Path] | None,
+        typer.Option("--prefixes", metavar="FILE", help="Extra line prefix forms (TOML), repeatable."),
+    ] = None,
 ) -> None:
     """Read the journal and/or log files into the database, then print the one-line verdict."""
     from pdforensics.api import run_ingest
@@ -247,7 +258,8 @@ def ingest(
         db=db, since=since, until=until, units=unit, directories=directory, journal_files=journal_file,
         files=file, tz=tz, host=host, catalogs=catalog, watchdog_timeout=watchdog_timeout, grace=grace,
         progress=not (quiet or machine) and sys.stderr.isatty(), now_us=_now_us(), watchdog_dialect=watchdog,
-        announce=None if quiet or machine else _err,
+        announce=None if quiet or machine else _err, date=date,
+        prefix_files=prefixes,
     )  # fmt: skip
     if json_out:
         print_ingest_json(summary, verdict)

@@ -13,8 +13,9 @@ import polars as pl
 
 from pdforensics import store
 from pdforensics.catalog import Catalog
+from pdforensics.catalog.prefixes import load_prefixes
 from pdforensics.errors import DatabaseError, is_interrupt
-from pdforensics.parse import Parsed, ParseOptions, StreamCarry, parse_records
+from pdforensics.parse import STATS_KEY, Parsed, ParseOptions, StreamCarry, kept_stats, parse_records
 from pdforensics.sources import FILE_MARK, RecordBatch, Selection, Source, Window
 from pdforensics.sources.journal import JournalSource
 from pdforensics.sources.plain import PlainFileSource
@@ -28,6 +29,26 @@ class UnitCount:
     lines: int
     recognised: int
     parse_errors: int
+
+
+@dataclass
+class SourceStats:
+    """What the prefix and time passes made of one source's unit (store.source_stats)."""
+
+    source: str | None
+    host: str | None
+    unit: str | None
+    lines: int
+    no_prefix: int  # first lines of records with no known prefix and no catalog entry
+    no_time: int  # first lines of records with no time of their own (they inherit one, or none)
+    inherited_time: int
+    time_only: int  # time-only prefixes dated from other lines or --date
+    joined: int  # lines joined into the record before them (CRI partial, LineMax, wrapped)
+    date_from: str | None
+    zone: str | None  # the zone its zone-less times were read in, and why
+    engine_by_name: str | None
+    engine_by_lines: str | None
+    prefixes: str | None  # the prefix forms seen: "cri=300, rfc3339=2"
 
 
 @dataclass
@@ -51,6 +72,7 @@ class IngestSummary:
     # Filled by api.check_unit_globs: --unit globs no line matched, and the units the sources hold.
     unmatched_units: list[str] = field(default_factory=list)
     units_present: list[str] = field(default_factory=list)
+    source_stats: list[SourceStats] = field(default_factory=list)
 
     @property
     def lines_per_s(self) -> float:
@@ -169,13 +191,19 @@ def ingest(
     progress: Callable[[int], None] | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
     views: bool = True,
+    date: str | None = None,
+    prefix_files: list[Path] | tuple[Path, ...] = (),
 ) -> IngestSummary:
-    """Read every source, store what is new, and return the run's accounting."""
+    """Read every source, store what is new, and return the run's accounting.
+
+    `date` (YYYY-MM-DD) dates time-only prefixes no other line of their file dates; `prefix_files`
+    add prefix forms to catalog/prefixes.toml."""
+    opts = ParseOptions(catalog=catalog, tz=tz, prefixes=load_prefixes(prefix_files), date=date)
     own = con is None
     con = con or store.open_db(db)
     started = time.perf_counter()
     try:
-        return _ingest(con, db, sources, selection, catalog, tz, batch_size, progress, views, started)
+        return _ingest(con, db, sources, selection, opts, batch_size, progress, views, started)
     except (duckdb.Error, RuntimeError) as exc:
         if is_interrupt(exc):  # Ctrl-C inside a DuckDB call: an interruption, not a database fault
             raise KeyboardInterrupt from None
@@ -205,8 +233,7 @@ def _ingest(
     db: str | Path,
     sources: list[Source],
     selection: Selection,
-    catalog: Catalog,
-    tz: str | None,
+    opts: ParseOptions,
     batch_size: int,
     progress: Callable[[int], None] | None,
     views: bool,
@@ -218,7 +245,6 @@ def _ingest(
         con, "; ".join(labels), "", units, selection.window.since_us, selection.window.until_us
     )
     summary = IngestSummary(ingest_id=ingest_id, db=str(db), sources=labels, readers=[])
-    opts = ParseOptions(catalog=catalog, tz=tz)
     carry = StreamCarry()
     context = _Context()
     next_id = store.next_line_id(con)
@@ -237,6 +263,8 @@ def _ingest(
         status = "complete"
     finally:
         summary.readers = sorted({s.reader for s in sources})
+        with suppress(pl.exceptions.PolarsError):  # the stats never cost the run its status
+            _finish_stats(con, summary, context.stats_parts)
         try:
             store.finish_ingest(con, ingest_id, status, ",".join(summary.readers))
         except duckdb.Error:
@@ -276,6 +304,7 @@ class _Context:
 
     records: pl.DataFrame | None = None
     ids: pl.DataFrame | None = None  # their source_key, seq, line_id
+    stats_parts: list[pl.DataFrame] = field(default_factory=list)  # each batch's parse.STATS_SCHEMA
 
 
 def _store_one(
@@ -311,6 +340,9 @@ def _store_one(
             carry.last_head.clear()
         parsed = parse_records(todo, opts, line_id_base=next_id, carry=carry)
     parsed, outside = _inside_window(parsed, window)
+    if parsed.lines.height:  # the stats of what is stored (context and out-of-window lines dropped)
+        same = parsed.lines.height == parsed.stats["lines"].sum()
+        context.stats_parts.append(parsed.stats if same else kept_stats(parsed))
     unread = batch.known_unread + (store.stored_count(con, *batch.known_before) if batch.known_before else 0)
     counts = {
         "records": batch.records.height + unread,
@@ -328,6 +360,37 @@ def _store_one(
     return next_id + todo.height
 
 
+_COUNTS = ["lines", "no_prefix", "no_time", "inherited_time", "time_only", "joined"]
+
+
+def _finish_stats(con: duckdb.DuckDBPyConnection, summary: IngestSummary, parts_: list[pl.DataFrame]) -> None:
+    """The batches' per-unit stats summed up, stored (store.source_stats) and kept for the summary.
+    A failure to store them (disk full) leaves the run's own error as what the user sees."""
+    if not parts_:
+        return
+    parts = pl.concat(parts_)
+    forms = (
+        parts.select(*STATS_KEY, pl.col("prefixes").str.split(", "))
+        .explode("prefixes")
+        .drop_nulls("prefixes")
+        .with_columns(pl.col("prefixes").str.split_exact("=", 1).struct.rename_fields(["form", "n"]))
+        .unnest("prefixes")
+        .group_by([*STATS_KEY, "form"], maintain_order=True)
+        .agg(pl.col("n").cast(pl.Int64).sum())
+        .group_by(STATS_KEY, maintain_order=True)
+        .agg(pl.format("{}={}", "form", "n").str.join(", ").alias("prefixes"))
+    )
+    total = parts.group_by(STATS_KEY, maintain_order=True).agg(
+        *[pl.col(c).sum() for c in _COUNTS],
+        *[pl.col(c).drop_nulls().first() for c in ("date_from", "zone", "engine_by_name")],
+        pl.col("engine_by_lines").drop_nulls().last(),
+    )
+    total = total.join(forms, on=STATS_KEY, how="left", nulls_equal=True).sort(STATS_KEY, nulls_last=True)
+    summary.source_stats = [SourceStats(**row) for row in total.iter_rows(named=True)]
+    with suppress(duckdb.Error):
+        store.save_source_stats(con, summary.ingest_id, total)
+
+
 def _without_known(parsed: Parsed, ids: pl.DataFrame, carry: StreamCarry) -> Parsed:
     """Drop the lines parsed only as context; links to them point at their stored line_ids."""
     pairs = parsed.lines.select("line_id", *_KEY).join(ids.rename({"line_id": "stored_id"}), on=_KEY)
@@ -338,7 +401,7 @@ def _without_known(parsed: Parsed, ids: pl.DataFrame, carry: StreamCarry) -> Par
     mapping = dict(zip(old.to_list(), new.to_list(), strict=True))
     for stream, head in carry.last_head.items():
         carry.last_head[stream] = mapping.get(head, head)
-    return Parsed(lines=lines, events=events)
+    return Parsed(lines=lines, events=events, stats=parsed.stats, odd=parsed.odd)
 
 
 def _inside_window(parsed: Parsed, window: Window) -> tuple[Parsed, int]:
@@ -356,7 +419,7 @@ def _inside_window(parsed: Parsed, window: Window) -> tuple[Parsed, int]:
     if outside == 0:
         return parsed, 0
     events = parsed.events.join(lines.select("line_id"), on="line_id", how="semi")
-    return Parsed(lines=lines, events=events), outside
+    return Parsed(lines=lines, events=events, stats=parsed.stats, odd=parsed.odd), outside
 
 
 def _install_views(con: duckdb.DuckDBPyConnection) -> None:

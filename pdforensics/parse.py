@@ -1,15 +1,23 @@
 """Records -> lines + events, vectorised with polars.
 
-Three passes over a batch, all column-at-a-time:
-1. *prefix*: strip ANSI colour, `journalctl` short prefixes and docker-compose
-   `service | ` prefixes; read the SGLang `[time RANKS]` prefix (or a custom
-   `SGLANG_LOGGING_CONFIG_PATH` one) into app time and ranks; leave the body.
-2. *match*: one Aho-Corasick pass finds each row's catalog anchors; only those
-   candidate rows run the entry's regex, in catalog order (first match wins).
-3. *extract*: each matched entry's named groups and `fields` become typed
-   event columns; anything not in `schema.EVENT_FIELDS` goes to `extra` JSON.
+The passes over a batch, all column-at-a-time:
+1. *prefix*: strip ANSI colour; read SGLang's `[time RANKS]` prefix (or a custom
+   `SGLANG_LOGGING_CONFIG_PATH` one) by position; on the lines without it, strip the outer
+   prefixes of catalog/prefixes.toml (journalctl, docker-compose, kubectl, CRI, Kibana, Loki,
+   CloudWatch/Datadog CSV...), repair mangled SGLang prefixes (a lost `[`, a time-only prefix
+   dated from the file's other lines or --date), and read the other clocks (router, mini_lb, UCX).
+2. *time*: app time in UTC (zone from --tz, else inferred from journal or outer UTC times, else
+   this machine's, and said so in the stats); a line without one inherits the previous line's.
+3. *join*: records split in several lines (CRI `P` partials, journald LineMax splits, lines a
+   reporter wrapped onto indented lines) are matched as one record.
+4. *match*: one Aho-Corasick pass finds each row's catalog anchors; only those candidate rows
+   run the entry's regex, in catalog order (first match wins).
+5. *extract*: each matched entry's named groups and `fields` become typed event columns;
+   anything not in `schema.EVENT_FIELDS` goes to `extra` JSON.
+6. *engine*: from what the unit's lines show (PD queue fields, PD-only lines; `unified` for a
+   non-PD server), else its name; then continuations and per-source stats (store.source_stats).
 
-Python loops here run over catalog entries, never over lines.
+Python loops here run over catalog entries and prefix forms, never over lines.
 """
 
 from __future__ import annotations
@@ -24,24 +32,18 @@ from pathlib import Path
 import polars as pl
 
 from pdforensics.catalog import Catalog, Entry, load_catalog
+from pdforensics.catalog.prefixes import Prefix, Prefixes, load_prefixes
 from pdforensics.schema import EVENT_BASE_COLUMNS, EVENT_FIELDS, RECORD_SCHEMA
 
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
-# `journalctl` default output: "Nov 29 10:00:00 host unit[pid]: message"
-SYSLOG_PREFIX = (
-    r"^(?:[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2}(?:\.\d+)?) (?P<sl_host>\S+) "
-    r"(?P<sl_ident>[^\s\[:]+)(?:\[(?P<sl_pid>\d+)\])?: "
-)
-DOCKER_PREFIX = r"^(?P<svc>[A-Za-z0-9][\w.-]*)\s+\| "
-# The SGLang logger prefix, `[ts(.ms)? RANKS]`, followed either by " body" or by more
-# adjacent `[...]` groups (custom dictConfig formats: `[ts][file.py:42][INFO]: body`).
-# What may follow the seconds inside the SGLang prefix: `.ms` and the rank parts (any order).
-PREFIX_TAIL = r"^(?:[.,]\d{1,6})?(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*$"
-# Formats whose time is kept but whose text stays the body (the catalog matches them whole).
-ROUTER_TIME = r"^(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(?P<frac>\d{1,9}))?Z?\s+(?:TRACE|DEBUG|INFO|WARN|ERROR)\s"
-PDLB_TIME = r"^\[PDLB \(Python\)\] (?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:,(?P<frac>\d{3}))?"
-UCX_TIME = r"^\[(?P<sec>\d{9,11})\.(?P<frac>\d{6})\] \["
-
+# The outer prefixes (journalctl, docker-compose, kubectl, CRI, log-viewer copies), the repairs of
+# a mangled SGLang prefix, the non-SGLang clocks and SGLang's own prefix tail are data:
+# catalog/prefixes.toml.
+# journald splits a stream line longer than LineMax (48K by default) into entries of that size.
+LINE_MAX_BYTES = (48 * 1024 - 1, 48 * 1024)
+SGLANG_START = r"^\[\d{4}-\d{2}-\d{2}[ T]"  # a line that starts with the SGLang prefix (dated)
+# An indented line that is not a traceback's frame, caret or blank: a wrapped piece of the line above.
+NOT_WRAP = r"^\s*$|^\s+(?:File \"|\^|~|at |\.\.\.|Traceback|During handling)"
 ENGINE_FROM_NAME = [
     ("prefill", r"(?i)prefill"),
     ("decode", r"(?i)decode"),
@@ -86,6 +88,8 @@ US = 1_000_000
 class ParseOptions:
     catalog: Catalog
     tz: str | None = None  # zone of zone-less prefixes; None = infer from journal times, else local zone
+    prefixes: Prefixes = field(default_factory=load_prefixes)
+    date: str | None = None  # YYYY-MM-DD for time-only prefixes no other line of the file dates
 
 
 @dataclass
@@ -98,53 +102,294 @@ class StreamCarry:
     # stream key -> whether its last prefixed/recognised line ended with ':' and so opened a block
     # of loose lines (read only for streams still in last_head: clearing that ends the block too)
     open_block: dict[str, bool] = field(default_factory=dict)
-    # host/unit key of a unit not named prefill/decode -> the (prefill, decode) lines it has shown
-    # so far, and the last of them: its engine is the running majority (see _engine)
-    unit_votes: dict[str, tuple[int, int]] = field(default_factory=dict)
-    unit_last: dict[str, str] = field(default_factory=dict)
+    # hash of a unit (host, unit) -> the votes its lines cast so far (prefill, decode, plain
+    # prefill, plain decode; see _engine), the last PD vote, and the engine they gave
+    unit_votes: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    unit_last: dict[int, str] = field(default_factory=dict)
+    unit_engine: dict[int, str] = field(default_factory=dict)  # the engine its lines showed so far
+    last_date: dict[str, str] = field(default_factory=dict)  # source_key -> its last dated line's time
+    host_offset_how: dict[str, str] = field(default_factory=dict)  # host -> what its offset came from
 
 
 # ---------------------------------------------------------------- prefix pass
 
+# Columns the prefix pass adds for the later ones (NULL where no form said anything).
+_PREFIX_COLS: dict[str, pl.DataType] = {
+    "_prefix": pl.String(),  # the forms found, outermost first: "cri", "journalctl_short+docker_compose"
+    "_o_us": pl.Int64(),  # the outer prefix's time: UTC us when _o_utc, else a zone-less wall clock
+    "_o_utc": pl.Boolean(),
+    "_o_prec": pl.Int32(),
+    "_partial": pl.Boolean(),  # the record continues in the next one of its stream (CRI `P`)
+    "_dated": pl.String(),  # time-only prefix: where its date came from (lines | --date)
+}
 
-def _strip_prefixes(df: pl.DataFrame) -> pl.DataFrame:
+
+def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
     df = df.with_columns(pl.col("message").fill_null("").alias("_clean"))
     # The expensive clean-ups run only when a batch needs them.
     if df["_clean"].str.contains("\x1b", literal=True).any():
         df = df.with_columns(pl.col("_clean").str.replace_all(ANSI, ""))
     if df["_clean"].str.contains("\r", literal=True).any():
         df = df.with_columns(pl.col("_clean").str.strip_chars_end("\r"))
-    starts = pl.col("_clean").str.starts_with("[")
-    bare = df.filter(~starts)
-    if bare.height:
-        df = pl.concat([df.filter(starts), _strip_outer_prefixes(bare)]).sort("_row")
-    df = _sglang_prefix(df)
-    return _other_clocks(df).drop("_clean", "_svc", strict=False)
+    forms = opts.prefixes
+    df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
+    # (`[pod/..] ` and time-only exports take the other way: slower, as correct.)
+    if df.select((~pl.col("_clean").str.starts_with("[")).sum()).item() * 2 > df.height:
+        # An export (journalctl text, CRI, a log viewer's copy): most lines carry an outer prefix.
+        # The forms run on the whole batch first, then the SGLang pass once.
+        df = _repairs(_outer_prefixes(df, forms), forms.of_kind("repair"), with_date=False)
+    df = _sglang_prefix(df, forms.sglang.tail)
+    if not df["_has_prefix"].all():
+        # Only the lines without SGLang's prefix (a few per file, or all of an export) try the forms.
+        before = df["_prefix"]
+        df = _outer_prefixes(df, forms, fresh=~pl.col("_has_prefix") & pl.col("_prefix").is_null())
+        rest = df.with_columns(before.alias("_before")).filter(~pl.col("_has_prefix"))
+        rest = _repairs(rest, forms.of_kind("repair"), with_date=False)
+        redo = pl.col("_prefix").ne_missing(pl.col("_before"))  # a form changed the line: read it again
+        if rest.select(redo.any()).item():  # else no form matched: nothing to write back
+            redone = _sglang_prefix(rest.filter(redo).drop(_SGLANG_COLS), forms.sglang.tail)
+            df = _write_back(df, redone.select(pl.all().exclude(*_UNTOUCHED, "_before")))
+        df = _time_only(df, forms, opts, carry)
+    else:
+        _remember_dates(df, carry)
+    return _other_clocks(df, forms.of_kind("clock")).drop("_clean", strict=False)
 
 
-def _strip_outer_prefixes(df: pl.DataFrame) -> pl.DataFrame:
-    """`journalctl` short-format and docker-compose prefixes (only rows not starting with '[')."""
-    df = df.with_columns(pl.col("_clean").str.extract_groups(SYSLOG_PREFIX).alias("_sl")).unnest("_sl")
-    has_sl = pl.col("sl_ident").is_not_null()
-    df = df.with_columns(
-        pl.when(has_sl).then(pl.col("_clean").str.replace(SYSLOG_PREFIX, "")).otherwise(pl.col("_clean")),
-        pl.when(has_sl & (pl.col("host").is_in(["local", "unknown"]) | pl.col("host").is_null()))
-        .then(pl.col("sl_host"))
+def _write_back(df: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
+    """`part` (rows of df, any order, by _row) written over df's rows: a scatter per column,
+    cheaper than re-sorting every column of the batch for a few changed rows. df is the whole
+    batch: its row i has _row i."""
+    idx = part["_row"]
+    cols = [c for c in part.columns if c != "_row"]
+    # clone: scatter writes in place, and df's columns may be the caller's records
+    return df.with_columns(
+        df[c].cast(part[c].dtype).clone().scatter(idx, part[c]) for c in cols if c in df.columns
+    )
+
+
+# What no prefix form changes (the write-back skips them).
+_UNTOUCHED = ["source", "source_key", "seq", "cursor", "ts_us", "boot_id", "invocation_id",
+              "syslog_identifier", "priority", "message", "line_id"]  # fmt: skip
+_SGLANG_COLS = ["ts", "frac", "dp_rank", "pp_rank", "tp_rank", "ep_rank", "body", "_has_prefix"]
+
+
+def _outer_prefixes(df: pl.DataFrame, forms: Prefixes, fresh: pl.Expr | None = None) -> pl.DataFrame:
+    """Strip each outer form (file order: outermost first) from the lines it matches; `fresh`:
+    the lines no form was tried on yet (the others were, before the SGLang pass).
+
+    The forms run on the lines still open (not starting with an SGLang prefix), a shrinking
+    subset; the lines they changed are written back by position.
+    """
+    is_open = ~pl.col("_clean").str.contains(SGLANG_START)
+    work = df.select(
+        "_row",
+        "_clean",
+        "host",
+        "unit",
+        "pid",
+        *_PREFIX_COLS,
+        *([fresh.alias("_fresh")] if fresh is not None else []),
+    )
+    if fresh is not None:
+        work = work.filter("_fresh").drop("_fresh")
+    work = work.filter(is_open)
+    done: list[pl.DataFrame] = []
+    for form in forms.of_kind("outer"):
+        if work.height == 0:
+            break
+        hit = work["_clean"].str.contains(form.pattern)
+        if not hit.any():
+            continue
+        work = _apply_outer(work.with_columns(hit.alias("_hit")), form, forms.label_keys)
+        still = work.select(is_open).to_series()
+        done.append(work.filter(~still))
+        work = work.filter(still)
+    changed = pl.concat([*done, work]).filter(pl.col("_prefix").is_not_null())
+    return _write_back(df, changed) if changed.height else df
+
+
+def _apply_outer(df: pl.DataFrame, form: Prefix, label_keys: dict[str, tuple[str, ...]]) -> pl.DataFrame:
+    hit = pl.col("_hit")
+    m = pl.when(hit).then(pl.col("_clean")).str.extract_groups(f"(?P<_all>{form.pattern})")
+    df = df.with_columns(m.alias("_m"))
+    g = set(form.groups)
+    f = pl.col("_m").struct.field
+    rest = pl.col("_clean").str.slice(f("_all").str.len_chars())
+    if form.unquote:  # a CSV field: "text with ""quotes""" -> text with "quotes"
+        quoted = rest.str.starts_with('"') & rest.str.ends_with('"') & (rest.str.len_chars() >= 2)
+        rest = pl.when(quoted).then(rest.str.slice(1).str.slice(0, rest.str.len_chars() - 2)).otherwise(rest)
+        rest = rest.str.replace_all('""', '"', literal=True)
+    host, unit = (f(n) if n in g else pl.lit(None, pl.String) for n in ("host", "unit"))
+    if "labels" in g:
+        host = pl.coalesce(host, _label(f("labels"), label_keys.get("host", ())))
+        unit = pl.coalesce(unit, _label(f("labels"), label_keys.get("unit", ())))
+    cols = [
+        pl.when(hit).then(rest).otherwise(pl.col("_clean")).alias("_clean"),
+        pl.when(
+            hit & host.is_not_null() & (pl.col("host").is_in(["local", "unknown"]) | pl.col("host").is_null())
+        )
+        .then(host)
         .otherwise(pl.col("host"))
         .alias("host"),
-        pl.coalesce(pl.col("pid"), pl.col("sl_pid").cast(pl.Int64, strict=False)).alias("pid"),
-        pl.when(has_sl).then(pl.col("sl_ident")).otherwise(pl.col("unit")).alias("unit"),
-    ).drop("sl_host", "sl_ident", "sl_pid")
-    df = df.with_columns(pl.col("_clean").str.extract(DOCKER_PREFIX, 1).alias("_svc"))
-    return df.with_columns(
-        pl.when(pl.col("_svc").is_not_null())
-        .then(pl.col("_clean").str.replace(DOCKER_PREFIX, ""))
-        .otherwise(pl.col("_clean")),
-        pl.coalesce(pl.col("_svc"), pl.col("unit")).alias("unit"),
-    ).drop("_svc")
+        pl.when(hit & unit.is_not_null() & (unit != "")).then(unit).otherwise(pl.col("unit")).alias("unit"),
+        pl.when(hit)
+        .then(pl.concat_str([pl.col("_prefix"), pl.lit(form.name)], separator="+", ignore_nulls=True))
+        .otherwise(pl.col("_prefix"))
+        .alias("_prefix"),
+    ]
+    if "pid" in g:
+        cols.append(pl.coalesce(pl.col("pid"), f("pid").cast(pl.Int64, strict=False)).alias("pid"))
+    if "partial" in g:
+        cols.append(pl.when(hit).then(f("partial") == "P").otherwise(pl.col("_partial")).alias("_partial"))
+    when_us, utc, prec = _form_time(form, f)
+    if when_us is not None:
+        new = hit & pl.col("_o_us").is_null() & when_us.is_not_null()  # the outermost time is kept
+        cols += [
+            pl.when(new).then(when_us).otherwise(pl.col("_o_us")).alias("_o_us"),
+            pl.when(new).then(utc).otherwise(pl.col("_o_utc")).alias("_o_utc"),
+            pl.when(new).then(prec).otherwise(pl.col("_o_prec")).alias("_o_prec"),
+        ]
+    return df.with_columns(cols).drop("_m", "_hit")
 
 
-def _sglang_prefix(df: pl.DataFrame) -> pl.DataFrame:
+def _label(labels: pl.Expr, keys: tuple[str, ...]) -> pl.Expr:
+    """The value of the first of `keys` in label columns: `{pod="x", ...}`, `pod: x`, `pod=x`."""
+    if not keys:
+        return pl.lit(None, pl.String)
+    names = "|".join(re.escape(k) for k in keys)
+    return labels.str.extract(rf'(?:^|[\t{{,\s])(?:{names})(?:=|: ?)"?([^",}}\t\s]+)', 1)
+
+
+def _form_time(form: Prefix, f) -> tuple[pl.Expr | None, pl.Expr, pl.Expr]:
+    """(us, is_utc, precision) of a form's time groups; us is None when the form has none."""
+    g = set(form.groups)
+    frac = f("frac") if "frac" in g else pl.lit(None, pl.String)
+    frac_us = frac.str.pad_end(6, "0").str.slice(0, 6).cast(pl.Int64, strict=False).fill_null(0)
+    n = frac.str.len_chars()
+    prec = pl.when(frac.is_null()).then(US).when(n <= 3).then(1000).otherwise(1).cast(pl.Int32)
+    parts: list[tuple[pl.Expr, pl.Expr, pl.Expr]] = []
+    if "epoch_ms" in g:
+        parts.append(
+            (f("epoch_ms").cast(pl.Int64, strict=False) * 1000, pl.lit(True), pl.lit(1000, pl.Int32))
+        )
+    if "epoch_s" in g:
+        parts.append((f("epoch_s").cast(pl.Int64, strict=False) * US + frac_us, pl.lit(True), prec))
+    if "ts" in g and form.time_format:
+        ts = f("ts") if "T" in form.time_format else f("ts").str.replace("T", " ", literal=True)
+        secs = ts.str.strptime(pl.Datetime("us"), form.time_format, strict=False).dt.epoch("us")
+        wall = secs + frac_us
+        if "tzoff" in g:
+            off = f("tzoff")
+            sign = pl.when(off.str.starts_with("-")).then(-1).otherwise(1)
+            hhmm = off.str.extract(r"(\d{2}):?(\d{2})$", 1).cast(pl.Int64) * 60 + off.str.extract(
+                r"(\d{2}):?(\d{2})$", 2
+            ).cast(pl.Int64)
+            offset_us = pl.when(off == "Z").then(0).otherwise(sign * hhmm * 60 * US)
+            utc = off.is_not_null() | pl.lit(form.zone == "utc")
+            wall = pl.when(off.is_not_null()).then(wall - offset_us).otherwise(wall)
+        else:
+            utc = pl.lit(form.zone == "utc")
+        parts.append((wall, utc, prec))
+    if not parts:
+        return None, pl.lit(None, pl.Boolean), pl.lit(None, pl.Int32)
+    us = pl.coalesce([p[0] for p in parts])
+    pick_utc = pl.lit(None, pl.Boolean)
+    pick_prec = pl.lit(None, pl.Int32)
+    for p_us, p_utc, p_prec in reversed(parts):
+        pick_utc = pl.when(p_us.is_not_null()).then(p_utc).otherwise(pick_utc)
+        pick_prec = pl.when(p_us.is_not_null()).then(p_prec).otherwise(pick_prec)
+    return us, pick_utc, pick_prec
+
+
+def _repairs(df: pl.DataFrame, forms: tuple[Prefix, ...], with_date: bool) -> pl.DataFrame:
+    """Mangled SGLang prefixes made whole (`insert` in front) so the SGLang pass reads them."""
+    for form in forms:
+        if ("{date}" in form.insert) != with_date:
+            continue
+        text = pl.when(~pl.col("_clean").str.contains(SGLANG_START)).then(pl.col("_clean"))
+        hit = text.str.contains(form.pattern).fill_null(False)
+        if with_date:
+            hit = hit & pl.col("_date").is_not_null()
+        if not df.select(hit.any()).item():
+            continue
+        lead, _, tail = form.insert.partition("{date}")
+        if with_date:  # "[{date} " + the line without its "[" -> "[2026-05-16 03:51:54] ..."
+            fixed = pl.concat_str(
+                [pl.lit(lead), pl.col("_date"), pl.lit(tail), pl.col("_clean").str.slice(1)]
+            )
+        else:
+            fixed = pl.concat_str([pl.lit(form.insert), pl.col("_clean")])
+        df = df.with_columns(
+            pl.when(hit).then(fixed).otherwise(pl.col("_clean")).alias("_clean"),
+            pl.when(hit)
+            .then(pl.concat_str([pl.col("_prefix"), pl.lit(form.name)], separator="+", ignore_nulls=True))
+            .otherwise(pl.col("_prefix"))
+            .alias("_prefix"),
+        )
+    return df
+
+
+def _time_only(df: pl.DataFrame, forms: Prefixes, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
+    """`[03:51:54] body`: dated from the file's earlier lines, else --date, else its later lines."""
+    dated = [p for p in forms.of_kind("repair") if "{date}" in p.insert]
+    if not dated:
+        return df
+    loose = df.filter(~pl.col("_has_prefix")).select("_clean")
+    if not loose.select(
+        pl.any_horizontal(pl.col("_clean").str.contains(p.pattern) for p in dated).any()
+    ).item():
+        return _remember_dates(df, carry)
+    own = pl.coalesce(
+        pl.when("_has_prefix").then(pl.col("ts")),
+        pl.col("_o_us").cast(pl.Datetime("us")).dt.strftime("%Y-%m-%d %H:%M:%S"),
+    )  # "YYYY-MM-DD HH:MM:SS" of the lines that have a date
+    seed = pl.col("source_key").replace_strict(carry.last_date, default=None, return_dtype=pl.String)
+    before = pl.coalesce(own.forward_fill().over("source_key"), seed)
+    # Past midnight: a time more than 12 h before the last dated line's is the next day's.
+    secs = [
+        e.str.slice(i, 2).cast(pl.Int64, strict=False)
+        for e in (before.str.slice(11, 8), pl.col("_clean").str.slice(1, 8))
+        for i in (0, 3, 6)
+    ]
+    last_s, line_s = (secs[0] * 3600 + secs[1] * 60 + secs[2]), (secs[3] * 3600 + secs[4] * 60 + secs[5])
+    day = before.str.slice(0, 10)
+    next_day = day.str.strptime(pl.Date, "%Y-%m-%d", strict=False).dt.offset_by("1d").dt.strftime("%Y-%m-%d")
+    before_date = pl.when((last_s - line_s) > 43_200).then(next_day).otherwise(day)
+    after = own.backward_fill().over("source_key").str.slice(0, 10)
+    date = pl.coalesce(before_date, pl.lit(opts.date, pl.String), after)
+    how = (
+        pl.when(before.is_not_null())
+        .then(pl.lit("earlier lines"))
+        .when(pl.lit(opts.date is not None))
+        .then(pl.lit("--date"))
+        .otherwise(pl.lit("later lines"))
+    )
+    df = df.with_columns(date.alias("_date"), how.alias("_date_how"), pl.col("_prefix").alias("_before"))
+    df = _repairs(df, tuple(dated), with_date=True)
+    fixed = pl.col("_prefix").ne_missing(pl.col("_before"))
+    redo = df.filter(fixed).drop(_SGLANG_COLS)
+    redo = _sglang_prefix(redo, forms.sglang.tail).with_columns(pl.col("_date_how").alias("_dated"))
+    df = _write_back(df, redo.select("_row", *_SGLANG_COLS, "_dated", "_prefix", "_clean"))
+    df = _remember_dates(df, carry)
+    return df.drop("_date", "_date_how", "_before")
+
+
+def _remember_dates(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
+    """Each file's last date in the batch (a file with no dated line keeps the one it had)."""
+    keys, ts = df["source_key"], df["ts"]
+    if keys.len() and keys[0] == keys[-1] and ts[-1] is not None:  # one file, ending dated: no group_by
+        carry.last_date[keys[-1]] = ts[-1]
+        return df
+    last = (
+        df.select("source_key", "ts")
+        .group_by("source_key")
+        .agg(pl.col("ts").drop_nulls().last().str.slice(0, 10))
+    )
+    carry.last_date.update({k: d for k, d in last.iter_rows() if d is not None})
+    return df
+
+
+def _sglang_prefix(df: pl.DataFrame, tail: str) -> pl.DataFrame:
     """`[YYYY-MM-DD HH:MM:SS(.ms)( DPn TPn ...)] body` by position, not regex: it is on most lines."""
     clean = pl.col("_clean")
     df = df.with_columns(clean.str.find("]", literal=True).alias("_close"))
@@ -154,7 +399,7 @@ def _sglang_prefix(df: pl.DataFrame) -> pl.DataFrame:
     valid = (
         clean.str.starts_with("[")
         & pl.col("ts").str.strptime(pl.Datetime("us"), TIME_FMT, strict=False).is_not_null()
-        & ((pl.col("_tail") == "") | pl.col("_tail").str.contains(PREFIX_TAIL))
+        & ((pl.col("_tail") == "") | pl.col("_tail").str.contains(tail))
     )
     df = df.with_columns(valid.alias("_has_prefix"))
     t = pl.when("_has_prefix").then("_tail")  # NULL without a prefix: the regexes below skip it
@@ -180,36 +425,43 @@ def _sglang_prefix(df: pl.DataFrame) -> pl.DataFrame:
     return df.drop("_tail", "_close", "_start", "_next")
 
 
-def _other_clocks(df: pl.DataFrame) -> pl.DataFrame:
-    """Times of non-SGLang formats: router (UTC), mini_lb (local), UCX (epoch)."""
-    router = pl.col("body").str.extract_groups(ROUTER_TIME)
-    pdlb = pl.col("body").str.extract_groups(PDLB_TIME)
-    ucx = pl.col("body").str.extract_groups(UCX_TIME)
-    df = df.with_columns(router.alias("_r"), pdlb.alias("_l"), ucx.alias("_u"))
-    is_router = pl.col("ts").is_null() & pl.col("_r").struct.field("ts").is_not_null()
-    return df.with_columns(
-        pl.coalesce(pl.col("ts"), pl.col("_r").struct.field("ts"), pl.col("_l").struct.field("ts")).alias(
-            "ts"
-        ),
-        pl.coalesce(
-            pl.col("frac"), pl.col("_r").struct.field("frac"), pl.col("_l").struct.field("frac")
-        ).alias("frac"),
-        is_router.alias("_utc_prefix"),
-        (
-            pl.col("_u").struct.field("sec").cast(pl.Int64) * US
-            + pl.col("_u").struct.field("frac").cast(pl.Int64)
-        ).alias("_epoch_us"),
-    ).drop("_r", "_l", "_u")
+def _other_clocks(df: pl.DataFrame, forms: tuple[Prefix, ...]) -> pl.DataFrame:
+    """Times of non-SGLang formats read in the body (router UTC, mini_lb local, UCX epoch...).
+
+    Tried only on the lines without an SGLang time (few, in most files), written back by position.
+    """
+    cols = {"_c_us": pl.Int64(), "_c_utc": pl.Boolean(), "_c_prec": pl.Int32()}
+    df = df.with_columns(pl.lit(None, t).alias(n) for n, t in cols.items())
+    part = df.filter(pl.col("ts").is_null()).select("_row", "body", "_prefix", *cols)
+    hit_any = False
+    for form in forms:
+        text = pl.when(pl.col("_c_us").is_null()).then(pl.col("body"))
+        hit = text.str.contains(form.pattern).fill_null(False)
+        if part.height == 0 or not part.select(hit.any()).item():
+            continue
+        part = part.with_columns(hit.alias("_hit"))
+        part = part.with_columns(
+            pl.when("_hit").then(pl.col("body")).str.extract_groups(form.pattern).alias("_m")
+        )
+        when_us, utc, prec = _form_time(form, pl.col("_m").struct.field)
+        if when_us is None:
+            continue
+        hit_any = True
+        part = part.with_columns(
+            pl.when("_hit").then(when_us).otherwise(pl.col("_c_us")).alias("_c_us"),
+            pl.when("_hit").then(utc).otherwise(pl.col("_c_utc")).alias("_c_utc"),
+            pl.when("_hit").then(prec).otherwise(pl.col("_c_prec")).alias("_c_prec"),
+            pl.when("_hit")
+            .then(pl.concat_str([pl.col("_prefix"), pl.lit(form.name)], separator="+", ignore_nulls=True))
+            .otherwise(pl.col("_prefix"))
+            .alias("_prefix"),
+        ).drop("_m", "_hit")
+    return _write_back(df, part.select("_row", "_prefix", *cols)) if hit_any else df
 
 
 def _naive_us(df: pl.DataFrame) -> pl.Expr:
-    """The prefix time as microseconds of a zone-less wall clock (frac padded to us)."""
-    secs = (
-        pl.col("ts")
-        .str.replace("T", " ")
-        .str.strptime(pl.Datetime("us"), TIME_FMT, strict=False)
-        .dt.epoch("us")
-    )
+    """The SGLang prefix time as microseconds of a zone-less wall clock (frac padded to us)."""
+    secs = pl.col("ts").str.strptime(pl.Datetime("us"), TIME_FMT, strict=False).dt.epoch("us")
     frac = pl.col("frac").fill_null("").str.pad_end(6, "0").str.slice(0, 6)
     return secs + pl.when(pl.col("frac").is_null()).then(0).otherwise(frac.cast(pl.Int64, strict=False))
 
@@ -217,10 +469,8 @@ def _naive_us(df: pl.DataFrame) -> pl.Expr:
 def _precision(df: pl.DataFrame) -> pl.Expr:
     n = pl.col("frac").str.len_chars()
     return (
-        pl.when(pl.col("_epoch_us").is_not_null())
-        .then(1)
-        .when(pl.col("ts").is_null())
-        .then(None)
+        pl.when(pl.col("ts").is_null())
+        .then(pl.coalesce("_c_prec", "_o_prec"))
         .when(pl.col("frac").is_null())
         .then(US)
         .when(n <= 3)
@@ -231,35 +481,66 @@ def _precision(df: pl.DataFrame) -> pl.Expr:
 
 
 def _infer_offsets(df: pl.DataFrame, carry: StreamCarry) -> dict[str, int]:
-    """Per host, local-minus-UTC from journal-time/prefix pairs, rounded to 15 minutes."""
-    pairs = df.filter(pl.col("ts_us").is_not_null() & pl.col("_naive").is_not_null() & ~pl.col("_utc_prefix"))
+    """Per host, local-minus-UTC from pairs of a UTC time (the journal's, or a UTC outer prefix
+    such as CRI's) and the same line's zone-less prefix, rounded to 15 minutes."""
+    pairs = df.filter(pl.col("_pair_utc").is_not_null() & pl.col("_naive").is_not_null())
     if pairs.height:
-        est = pairs.group_by("host").agg((pl.col("_naive") - pl.col("ts_us")).median().alias("d"))
+        est = pairs.group_by("host").agg(
+            (pl.col("_naive") - pl.col("_pair_utc")).median().alias("d"), pl.col("ts_us").is_not_null().any()
+        )
         quarter = 900 * US
-        for host, d in est.iter_rows():
+        for host, d, journal in est.iter_rows():
             if host not in carry.host_offsets_us and d is not None:
                 carry.host_offsets_us[host] = round(d / quarter) * quarter
+                carry.host_offset_how[host] = (
+                    "journal receive times" if journal else "UTC times of an outer prefix"
+                )
     return carry.host_offsets_us
 
 
+def _offset_text(us: int) -> str:
+    minutes = us // (60 * US)
+    return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
 def _app_time(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
+    """app_ts_us: the line's own time in UTC; `_zoned`: it was read in a zone (see zone_read)."""
+    local_naive = pl.coalesce(
+        pl.col("_naive"), pl.when(~pl.col("_c_utc")).then("_c_us"), pl.when(~pl.col("_o_utc")).then("_o_us")
+    )
+    known_utc = pl.coalesce(pl.when(pl.col("_c_utc")).then("_c_us"), pl.when(pl.col("_o_utc")).then("_o_us"))
     df = df.with_columns(_naive_us(df).alias("_naive"), _precision(df).alias("app_ts_precision_us"))
+    df = df.with_columns(
+        local_naive.alias("_local"),
+        known_utc.alias("_utc"),
+        pl.coalesce("ts_us", pl.when(pl.col("_o_utc")).then("_o_us")).alias("_pair_utc"),
+    )
     zone = opts.tz
     if zone is None:
         offsets = _infer_offsets(df, carry)
         offset = pl.col("host").replace_strict(offsets, default=None, return_dtype=pl.Int64)
-        by_zone = _zone_convert(pl.col("_naive"), LOCAL_TZ)
-        local = pl.when(offset.is_not_null()).then(pl.col("_naive") - offset).otherwise(by_zone)
+        by_zone = _zone_convert(pl.col("_local"), LOCAL_TZ)
+        local = pl.when(offset.is_not_null()).then(pl.col("_local") - offset).otherwise(by_zone)
     else:
-        local = _zone_convert(pl.col("_naive"), zone)
-    app = (
-        pl.when(pl.col("_epoch_us").is_not_null())
-        .then(pl.col("_epoch_us"))
-        .when(pl.col("_utc_prefix"))
-        .then(pl.col("_naive"))
-        .otherwise(local)
+        local = _zone_convert(pl.col("_local"), zone)
+    own_local = pl.col("_naive").is_not_null() | pl.col("_utc").is_null()
+    app = pl.when(pl.col("_naive").is_null() & pl.col("_utc").is_not_null()).then("_utc").otherwise(local)
+    df = df.with_columns(
+        app.alias("app_ts_us"),
+        (own_local & pl.col("_local").is_not_null() & pl.col("ts_us").is_null()).alias("_zoned"),
     )
-    return df.with_columns(app.alias("app_ts_us")).drop("_naive", "_epoch_us", "ts", "frac", "_utc_prefix")
+    return df.drop("_naive", "_local", "_utc", "_pair_utc", "ts", "frac", "_c_us", "_c_utc", "_c_prec",
+                   "_o_us", "_o_utc", "_o_prec")  # fmt: skip
+
+
+def zone_read(host: str | None, opts: ParseOptions, carry: StreamCarry) -> str:
+    """The zone a host's zone-less times were read in, and why (for the ingest summary)."""
+    if opts.tz is not None:
+        return f"{opts.tz}, from --tz"
+    if host in carry.host_offsets_us:
+        how = carry.host_offset_how.get(host, "UTC times")
+        return f"UTC{_offset_text(carry.host_offsets_us[host])}, inferred from {how}"
+    return f"{LOCAL_TZ}, this machine's zone (no --tz, and no UTC time to compare with)"
 
 
 def _zone_convert(naive_us: pl.Expr, zone: str) -> pl.Expr:
@@ -451,9 +732,16 @@ def _match_and_extract(df: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame
         .group_by("_row")
         .agg(pl.col("entry_idx").min().alias("error_idx"))
     )
-    # Row order is what the passes after this read (forward fills, running counts): keep it.
-    df = df.join(hits.select("_row", "entry_idx"), on="_row", how="left", maintain_order="left")
-    df = df.join(errors, on="_row", how="left", maintain_order="left")
+
+    # By position (df's rows are in _row order): a scatter, not a join that copies every column.
+    def at_rows(frame: pl.DataFrame, col: str) -> pl.Series:  # scatter writes in place: a new series each
+        return (
+            pl.repeat(None, df.height, dtype=pl.Int32, eager=True)
+            .alias(col)
+            .scatter(frame["_row"], frame[col])
+        )
+
+    df = df.with_columns(at_rows(hits, "entry_idx"), at_rows(errors, "error_idx"))
     return df, hits.drop("entry_idx")
 
 
@@ -511,75 +799,203 @@ def _extract_entry(won: pl.DataFrame, entry: Entry, captured: pl.DataFrame) -> p
 # ----------------------------------------------------------- line structure
 
 
-def _engine(df: pl.DataFrame, catalog: Catalog, carry: StreamCarry) -> pl.DataFrame:
-    """engine = from the unit (or identifier) name, else what the unit's lines so far imply, else
-    the line's own catalog entry's, else `other`.
-
-    A unit named neither prefill nor decode takes the majority of the engines its recognised
-    lines imply, counted up to and including this line (a tie: the latest of them), with the
-    counts carried from batch to batch. Counting only earlier lines keeps a line's engine
-    independent of where the batch ends; the cost is that a unit's lines before its first
-    prefill/decode line stay `other` (or their entry's engine).
-    """
-    name = pl.coalesce(pl.col("unit"), pl.col("syslog_identifier"), pl.col("source"))
-    # Names repeat on nearly every line: match the regexes once per distinct name.
-    names = df.select(name.alias("_name")).unique()
-    by_name = pl.lit(None, pl.String)
-    for engine, regex in reversed(ENGINE_FROM_NAME):
-        by_name = pl.when(pl.col("_name").str.contains(regex)).then(pl.lit(engine)).otherwise(by_name)
-    named = dict(names.select("_name", by_name.alias("e")).drop_nulls("e").iter_rows())
-    entry_engine = pl.col("entry_idx").replace_strict(
-        {i: e.engine for i, e in enumerate(catalog.entries)}, default=None, return_dtype=pl.String
-    )
-    df = df.with_columns(
-        name.replace_strict(named, default=None, return_dtype=pl.String).alias("_by_name"),
-        entry_engine.alias("_entry_engine"),
-    )
-    implied = pl.lit(None, pl.String)
-    if df["_by_name"].null_count():
-        implied_by_unit = _implied_engines(df.filter(pl.col("_by_name").is_null()), carry)
-        df = df.join(implied_by_unit, on="_row", how="left", maintain_order="left")
-        implied = pl.col("_implied")
-    return df.with_columns(
-        pl.coalesce("_by_name", implied, "_entry_engine", pl.lit("other")).alias("engine"),
-    ).drop("_by_name", "_entry_engine", "_implied", strict=False)
-
-
-def _implied_engines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
-    """(_row, _implied): the running prefill/decode majority of each unit's lines (see _engine)."""
-    key = pl.concat_str([pl.col("host").fill_null("\0"), pl.col("unit").fill_null("\0")], separator="\x1f")
-    df = df.select("_row", key.alias("_ukey"), "_entry_engine")
-    voted = pl.col("_entry_engine").is_in(["prefill", "decode"])
-    seeds = {k: v[0] for k, v in carry.unit_votes.items()}, {k: v[1] for k, v in carry.unit_votes.items()}
-    counts = [
-        (pl.col("_entry_engine") == engine).fill_null(False).cast(pl.Int64).cum_sum().over("_ukey")
-        + pl.col("_ukey").replace_strict(seed, default=0, return_dtype=pl.Int64)
-        for engine, seed in zip(("prefill", "decode"), seeds, strict=True)
-    ]
-    last = pl.coalesce(
-        pl.when(voted).then("_entry_engine").forward_fill().over("_ukey"),
-        pl.col("_ukey").replace_strict(carry.unit_last, default=None, return_dtype=pl.String),
-    )
-    df = df.with_columns(counts[0].alias("_p"), counts[1].alias("_d"), last.alias("_last"))
-    implied = pl.when(pl.col("_p") > pl.col("_d")).then(pl.lit("prefill"))
-    implied = implied.when(pl.col("_d") > pl.col("_p")).then(pl.lit("decode")).otherwise("_last")
-    df = df.with_columns(implied.alias("_implied"))
-    ends = df.group_by("_ukey").agg(pl.col("_p", "_d", "_last").last())
-    for ukey, p, d, last_engine in ends.iter_rows():
-        carry.unit_votes[ukey] = (p, d)
-        if last_engine is not None:
-            carry.unit_last[ukey] = last_engine
-    return df.select("_row", "_implied")
-
-
-def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
-    """cont_of = line_id of the head record for the continuation lines of a multi-line record."""
-    stream = pl.concat_str(
+def _stream_key() -> pl.Expr:
+    """One writer's lines: a file, or one process of one unit on one host."""
+    return pl.concat_str(
         [pl.col("source_key"), pl.col("host"), pl.col("unit"), pl.col("pid").cast(pl.String)],
         separator="|",
         ignore_nulls=True,
     )
-    df = df.with_columns(stream.alias("_stream"))
+
+
+def _join_pieces(df: pl.DataFrame) -> pl.DataFrame:
+    """Records split in several lines become one record again (the first line's body holds the
+    whole text; the other pieces keep their message, with an empty body, as continuations):
+    CRI partial lines (`P`), journald's LineMax splits, and lines a terminal or a reporter wrapped
+    onto indented lines. A piece whose first line was in an earlier batch stays as it is.
+    """
+    joins_next = pl.col("_partial").fill_null(False) | pl.col("message").str.len_bytes().is_between(
+        *LINE_MAX_BYTES
+    )
+    # Indented lines without a prefix (few: tracebacks, dumps) are the only wrap candidates.
+    body = pl.col("body")
+    loose = df.filter(~pl.col("_has_prefix") & pl.col("_prefix").is_null()).select("_row", "body")
+    wraps = loose.filter(body.str.contains(r"^[ \t]+\S") & ~body.str.contains(NOT_WRAP))["_row"]
+    splits = df.select(joins_next.any()).item()
+    if not splits and wraps.len() == 0:
+        return df.with_columns(pl.lit(False).alias("_piece"))
+    indented = pl.repeat(False, df.height, eager=True).scatter(wraps, True) if wraps.len() else False
+    df = df.with_columns(joins_next.alias("_jn"), pl.lit(indented).alias("_ind"))
+    # A wrapped line continues the prefixed line above it, through other wrapped lines; a
+    # traceback's frame line (NOT_WRAP) or any unindented line ends the chain.
+    opener = pl.col("_has_prefix") & ~pl.col("_jn")
+    wrap = pl.col("_ind") & pl.when(~pl.col("_ind")).then(opener).forward_fill().over("_stream").fill_null(
+        False
+    )
+    after_split = pl.col("_jn").shift(1).over("_stream").fill_null(False)
+    df = df.with_columns(
+        (after_split | wrap).alias("_piece"),
+        after_split.alias("_split"),
+        pl.col("body").str.slice(-1).shift(1).over("_stream").alias("_prev_last"),
+    )
+    text = pl.when(pl.col("_split")).then(pl.col("body")).otherwise(pl.col("body").str.strip_chars_start())
+    # A wrap inside a number ("bootstrap_room=12345" + "6789") joins without a space; any other
+    # wrap is taken to be at a space (reporters wrap at words; a word cut in two gets a space).
+    glued = pl.col("_prev_last").str.contains(r"^\d$") & text.str.slice(0, 1).str.contains(r"^\d$")
+    sep = pl.when(pl.col("_split") | glued.fill_null(False)).then(pl.lit("")).otherwise(pl.lit(" "))
+    df = df.with_columns(
+        pl.when("_piece").then(pl.concat_str([sep, text])).alias("_ptext"),
+        pl.when(~pl.col("_piece")).then(pl.col("line_id")).forward_fill().over("_stream").alias("_head_id"),
+    )
+    added = (
+        df.filter(pl.col("_piece") & pl.col("_head_id").is_not_null())
+        .group_by("_head_id", maintain_order=True)
+        .agg(pl.col("_ptext").str.join("").alias("_added"))
+        .rename({"_head_id": "line_id"})
+    )
+    df = df.join(added, on="line_id", how="left", maintain_order="left")
+    body = (
+        pl.when(pl.col("_added").is_not_null())
+        .then(pl.concat_str(["body", "_added"]))
+        .when(pl.col("_piece") & pl.col("_head_id").is_not_null())
+        .then(pl.lit(""))
+        .otherwise(pl.col("body"))
+    )
+    return df.with_columns(body.alias("body")).drop(
+        "_jn", "_ind", "_split", "_prev_last", "_ptext", "_head_id", "_added"
+    )
+
+
+# Queue fields only a PD server's stats lines carry (prefill: bootstrap/inflight; decode:
+# prealloc/transfer): a `Prefill batch` without them is a non-PD (unified) server's.
+PD_FIELDS = {
+    "prefill_stats": ("bootstrap_req", "inflight_req"),
+    "decode_stats": ("prealloc_req", "transfer_req"),
+}
+VOTES = ("prefill", "decode", "plain_prefill", "plain_decode")
+
+
+def engine_from_name(names: pl.Expr) -> pl.Expr:
+    by_name = pl.lit(None, pl.String)
+    for engine, regex in reversed(ENGINE_FROM_NAME):
+        by_name = pl.when(names.str.contains(regex)).then(pl.lit(engine)).otherwise(by_name)
+    return by_name
+
+
+def _engine(df: pl.DataFrame, fields: pl.DataFrame, catalog: Catalog, carry: StreamCarry) -> pl.DataFrame:
+    """engine = what the unit's lines so far show, else its (unit, identifier or file) name, else
+    the line's own catalog entry's, else `other`.
+
+    The lines: PD prefill evidence (stats with #bootstrap-req/#inflight-req, bootstrap and
+    transfer lines...), PD decode evidence (#prealloc-req/#transfer-req, decode-side failures):
+    the majority of those (a tie: the latest). Without any, `Prefill batch` lines without PD fields
+    are a non-PD server's (`unified`), and so are `Decode batch` lines under a prefill name (a PD
+    prefill prints none); `Decode batch` alone is decode. Counted per unit up to and including the
+    line, carried from batch to batch: a line's engine never depends on where its batch ends.
+    `_by_name`/`_by_lines` stay for the ingest summary (where they disagree, the lines won).
+    """
+    name = pl.coalesce(pl.col("unit"), pl.col("syslog_identifier"), pl.col("source"))
+    # Names repeat on nearly every line: match the regexes once per distinct name.
+    names = df.select(name.alias("_name")).unique()
+    named = dict(
+        names.select("_name", engine_from_name(pl.col("_name")).alias("e")).drop_nulls("e").iter_rows()
+    )
+    entries = catalog.entries
+    entry_engine = pl.col("entry_idx").replace_strict(
+        {i: e.engine for i, e in enumerate(entries)}, default=None, return_dtype=pl.String
+    )
+    pd = pl.repeat(False, df.height, eager=True)
+    pd_cols = [c for cols in PD_FIELDS.values() for c in cols]
+    rows = fields.filter(pl.any_horizontal(pl.col(c).is_not_null() for c in pd_cols))["_row"]
+    if rows.len():
+        pd = pd.scatter(rows, True)
+    # The vote of each entry (index into VOTES): a stats entry votes plain_* without PD fields.
+    pd_votes, plain_votes = {}, {}
+    for i, e in enumerate(entries):
+        if e.engine in ("prefill", "decode"):
+            pd_votes[i] = VOTES.index(e.engine)
+            plain_votes[i] = VOTES.index(f"plain_{e.engine}") if e.event in PD_FIELDS else pd_votes[i]
+    idx = pl.col("entry_idx")
+    vote = pl.when(pl.col("_pd")).then(idx.replace_strict(pd_votes, default=None, return_dtype=pl.Int8))
+    vote = vote.otherwise(idx.replace_strict(plain_votes, default=None, return_dtype=pl.Int8))
+    df = df.with_columns(
+        name.replace_strict(named, default=None, return_dtype=pl.String).alias("_by_name"),
+        entry_engine.alias("_entry_engine"),
+        pd.alias("_pd"),
+    ).with_columns(vote.alias("_vote"))
+    df = df.with_columns(_engine_by_lines(df, carry)["_by_lines"])  # in _row order
+    return df.with_columns(
+        pl.coalesce("_by_lines", "_by_name", "_entry_engine", pl.lit("other")).alias("engine"),
+    ).drop("_entry_engine", "_pd", "_vote")
+
+
+def _engine_by_lines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
+    """(_row, _by_lines): the engine each unit's lines so far show (see _engine); NULL: no evidence.
+
+    Counted on the lines that vote only, then carried forward over the unit's other lines.
+    """
+    key = pl.struct(pl.col("host"), pl.col("unit")).hash(seed=13)  # a unit, as one cheap integer
+    df = df.select("_row", key.alias("_ukey"), "_vote", "_by_name")
+    keys = df["_ukey"].unique()
+    # One unit in the batch (a plain file, mostly): plain running sums and scalars, no windows.
+    one = keys.len() == 1
+    k0 = keys[0] if one else None
+
+    def per_unit(e: pl.Expr) -> pl.Expr:
+        return e if one else e.over("_ukey")
+
+    def seeded(table: dict, default: object, dtype: pl.DataType) -> pl.Expr:
+        if one:
+            return pl.lit(table.get(k0, default), dtype)
+        if not table:
+            return pl.lit(default, dtype)
+        return pl.col("_ukey").replace_strict(table, default=default, return_dtype=dtype)
+
+    seed_engine = seeded(carry.unit_engine, None, pl.String())
+    votes = df.filter(pl.col("_vote").is_not_null())
+    if votes.height == 0:
+        return df.select("_row", seed_engine.alias("_by_lines"))
+    counts = [
+        (per_unit((pl.col("_vote") == i).cast(pl.Int64).cum_sum())
+         + seeded({k: c[i] for k, c in carry.unit_votes.items()}, 0, pl.Int64())).alias(f"_n{i}")
+        for i in range(len(VOTES))
+    ]  # fmt: skip
+    pd_vote = pl.col("_vote") <= 1
+    as_engine = pl.when(pl.col("_vote") == 0).then(pl.lit("prefill")).otherwise(pl.lit("decode"))
+    last = pl.coalesce(
+        per_unit(pl.when(pd_vote).then(as_engine).forward_fill()), seeded(carry.unit_last, None, pl.String())
+    )
+    votes = votes.with_columns(*counts, last.alias("_last"))
+    p, d, pp, pd_ = (pl.col(f"_n{i}") for i in range(4))
+    by_lines = (
+        pl.when(p + d > 0)
+        .then(pl.when(p > d).then(pl.lit("prefill")).when(d > p).then(pl.lit("decode")).otherwise("_last"))
+        .when(pp > 0)
+        .then(pl.lit("unified"))
+        .when(pd_ > 0)
+        .then(pl.when(pl.col("_by_name") == "prefill").then(pl.lit("unified")).otherwise(pl.lit("decode")))
+    )
+    votes = votes.with_columns(by_lines.alias("_by_lines"))
+    at_votes = (
+        pl.repeat(None, df.height, dtype=pl.String, eager=True)
+        .alias("_by_lines")
+        .scatter(votes["_row"], votes["_by_lines"])
+    )
+    out = df.with_columns(at_votes).select(
+        "_row", pl.coalesce(per_unit(pl.col("_by_lines").forward_fill()), seed_engine).alias("_by_lines")
+    )
+    ends = votes.group_by("_ukey").agg(pl.col("_n0", "_n1", "_n2", "_n3", "_last", "_by_lines").last())
+    for ukey, *n, last_engine, engine in ends.iter_rows():
+        carry.unit_votes[ukey] = tuple(n)  # type: ignore[assignment]
+        if last_engine is not None:
+            carry.unit_last[ukey] = last_engine
+        if engine is not None:
+            carry.unit_engine[ukey] = engine
+    return out
+
+
+def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
+    """cont_of = line_id of the head record for the continuation lines of a multi-line record."""
     loose = ~pl.col("_has_prefix") & pl.col("entry_idx").is_null()
     # A loose line after a prefixed line ending with ':' (e.g. "debug info:") continues it too.
     opens = pl.when(~loose).then(pl.col("body").str.strip_chars_end().str.ends_with(":"))
@@ -588,7 +1004,7 @@ def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     seed_open = pl.col("_stream").replace_strict(open_before, default=False, return_dtype=pl.Boolean)
     df = df.with_columns(opens.forward_fill().over("_stream").alias("_open"))
     in_block = loose & pl.coalesce("_open", seed_open)
-    cont = loose & (pl.col("body").str.contains(CONTINUATION) | in_block)
+    cont = loose & (pl.col("body").str.contains(CONTINUATION) | in_block) | pl.col("_piece")
     df = df.with_columns((~cont).alias("_head"))
     seed = pl.col("_stream").replace_strict(carry.last_head, default=None, return_dtype=pl.Int64)
     head_id = pl.coalesce(
@@ -628,6 +1044,10 @@ def _suppressed_unit(lines: pl.DataFrame, events: pl.DataFrame, catalog: Catalog
 class Parsed:
     lines: pl.DataFrame  # schema.LINE_COLUMNS minus ingest_id
     events: pl.DataFrame  # schema.EVENT_COLUMNS
+    stats: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=STATS_SCHEMA)
+    )  # see _source_stats
+    odd: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema={"line_id": pl.Int64}))
 
 
 def parse_records(
@@ -638,11 +1058,13 @@ def parse_records(
     cat = opts.catalog
     df = records.select(list(RECORD_SCHEMA)).with_row_index("_row")
     df = df.with_columns((pl.col("_row").cast(pl.Int64) + line_id_base).alias("line_id"))
-    df = _strip_prefixes(df)
+    df = _strip_prefixes(df, opts, carry)
     df = _app_time(df, opts, carry)
     df = _best_time(df, carry)
+    df = df.with_columns(_stream_key().alias("_stream"))
+    df = _join_pieces(df)
     df, fields = _match_and_extract(df, cat)
-    df = _engine(df, cat, carry)
+    df = _engine(df, fields, cat, carry)
     df = _continuations(df, carry)
     names = {i: e.name for i, e in enumerate(cat.entries)}
     events_of = {i: e.event for i, e in enumerate(cat.entries)}
@@ -664,28 +1086,125 @@ def parse_records(
         .join(fields, on="_row", how="left", maintain_order="left")
         .drop("_row")
     )
-    return Parsed(lines=lines, events=events)
+    stats, odd = _source_stats(df, opts, carry)
+    return Parsed(lines=lines, events=events, stats=stats, odd=odd)
+
+
+STATS_KEY = ["source", "host", "unit"]
+# Per source and unit, what the prefix and time passes made of a batch (ingest sums them up).
+STATS_SCHEMA: dict[str, pl.DataType] = {
+    "source": pl.String(), "host": pl.String(), "unit": pl.String(),
+    "lines": pl.Int64(), "no_prefix": pl.Int64(), "no_time": pl.Int64(), "inherited_time": pl.Int64(),
+    "time_only": pl.Int64(), "joined": pl.Int64(), "date_from": pl.String(), "zone": pl.String(),
+    "engine_by_name": pl.String(), "engine_by_lines": pl.String(), "prefixes": pl.String(),
+}  # fmt: skip
+
+
+ODD_FLAGS = ["no_prefix", "no_time", "inherited_time", "time_only", "joined"]
+
+
+def _source_stats(
+    df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(stats, odd). stats: per source and unit, STATS_SCHEMA. odd: the lines the counts concern
+    (line_id, the key, one flag per count, date_from), so that ingest can count only what it stores.
+
+    no_prefix: first lines of records with no prefix form and no catalog entry (not understood);
+    no_time: first lines of records without a time of their own (journal or text); blank lines
+    count in neither. Also the zone a zone-less time was read in and why, the engines the name
+    and the lines gave, and the prefix forms seen.
+    """
+    first = pl.col("cont_of").is_null()
+    no_prefix = first & ~pl.col("_has_prefix") & pl.col("_prefix").is_null() & pl.col("entry_idx").is_null()
+    no_time = first & pl.col("app_ts_us").is_null() & (pl.col("ts_origin") != "journal")
+    inherited = pl.col("ts_origin") == "inherited"
+    odd_rows = no_time | no_prefix | inherited | pl.col("_dated").is_not_null() | pl.col("_piece")
+    text = pl.col("message").str.contains(r"\S")
+    odd = df.filter(odd_rows).select(
+        "line_id", *STATS_KEY,
+        (no_prefix & text).alias("no_prefix"), (no_time & text).alias("no_time"),
+        inherited.alias("inherited_time"), pl.col("_dated").is_not_null().alias("time_only"),
+        pl.col("_piece").alias("joined"), pl.col("_dated").alias("date_from"),
+    )  # fmt: skip
+    stats = df.group_by(STATS_KEY).agg(
+        pl.len().alias("lines"),
+        pl.col("_zoned").any().alias("_zoned"),
+        pl.col("_by_name").last().alias("engine_by_name"),
+        pl.col("_by_lines").last().alias("engine_by_lines"),
+    )
+    zones = {h: zone_read(h, opts, carry) for h in stats["host"].unique().to_list()}
+    stats = stats.with_columns(
+        pl.when("_zoned")
+        .then(
+            pl.col("host").replace_strict(zones, default=zone_read(None, opts, carry), return_dtype=pl.String)
+        )
+        .alias("zone")
+    )
+    forms = (
+        df.select(*STATS_KEY, "_prefix")
+        .filter(pl.col("_prefix").is_not_null())
+        .group_by([*STATS_KEY, "_prefix"])
+        .len()
+        .group_by(STATS_KEY)
+        .agg(pl.format("{}={}", "_prefix", "len").str.join(", ").alias("prefixes"))
+    )
+    stats = stats.join(forms, on=STATS_KEY, how="left", nulls_equal=True)
+    return with_counts(stats.drop("_zoned"), odd), odd
+
+
+def with_counts(per_key: pl.DataFrame, odd: pl.DataFrame) -> pl.DataFrame:
+    """per_key (STATS_KEY, lines and the per-unit texts) with the counts of `odd` added."""
+    counts = odd.group_by(STATS_KEY).agg(
+        *[pl.col(c).sum().cast(pl.Int64) for c in ODD_FLAGS], pl.col("date_from").drop_nulls().first()
+    )
+    out = per_key.drop(*ODD_FLAGS, "date_from", strict=False).join(
+        counts, on=STATS_KEY, how="left", nulls_equal=True
+    )
+    out = out.with_columns(pl.col(ODD_FLAGS).fill_null(0))
+    return out.select(list(STATS_SCHEMA)).cast(STATS_SCHEMA)  # type: ignore[arg-type]
+
+
+def kept_stats(parsed: Parsed) -> pl.DataFrame:
+    """parsed.stats counting only the lines still in parsed.lines (ingest drops the lines parsed as
+    context only, and a plain file's lines outside the window)."""
+    lines = parsed.lines.group_by(STATS_KEY).agg(pl.len().cast(pl.Int64).alias("lines"))
+    texts = parsed.stats.drop("lines", *ODD_FLAGS, "date_from")
+    per_key = lines.join(texts, on=STATS_KEY, how="left", nulls_equal=True)
+    odd = parsed.odd.join(parsed.lines.select("line_id"), on="line_id", how="semi")
+    return with_counts(per_key, odd)
+
+
+def read_prefixes(records: pl.DataFrame, opts: ParseOptions) -> pl.DataFrame:
+    """What the prefix pass reads from each record: body (the text the catalog matches), host,
+    unit, pid, ranks, app_ts_us, partial, the forms found (for the prefix samples' tests)."""
+    df = records.select(list(RECORD_SCHEMA)).with_row_index("_row")
+    df = df.with_columns(pl.col("_row").cast(pl.Int64).alias("line_id"))
+    df = _app_time(_strip_prefixes(df, opts, StreamCarry()), opts, StreamCarry())
+    return df.select(
+        "body", "host", "unit", "pid", "tp_rank", "dp_rank", "app_ts_us", "app_ts_precision_us",
+        pl.col("_partial").fill_null(False).alias("partial"), pl.col("_prefix").alias("prefixes"),
+    )  # fmt: skip
+
+
+def records_of(
+    lines: list[str], source: str = "inline", host: str = "local", unit: str = "inline"
+) -> pl.DataFrame:
+    """Bare lines as the records of one plain file."""
+    records = pl.DataFrame(
+        {"source": source, "source_key": source, "seq": list(range(len(lines))), "message": lines,
+         "host": host, "unit": unit}
+    )  # fmt: skip
+    records = records.with_columns(
+        pl.lit(None, dtype).alias(n)
+        for n, dtype in RECORD_SCHEMA.items()
+        if n not in ("source", "source_key", "seq", "message", "host", "unit")
+    )
+    return records.select([pl.col(n).cast(t) for n, t in RECORD_SCHEMA.items()])
 
 
 def parse_messages(lines: list[str], catalog: Catalog | None = None, tz: str = "UTC") -> pl.DataFrame:
     """Parse bare log lines (as in a plain file): one row per line, events' fields included."""
-    records = pl.DataFrame(
-        {
-            "source": "inline",
-            "source_key": "inline",
-            "seq": list(range(len(lines))),
-            "message": lines,
-            "host": "local",
-            "unit": "inline",
-        }
-    ).with_columns(
-        [
-            pl.lit(None, dtype).alias(n)
-            for n, dtype in RECORD_SCHEMA.items()
-            if n not in ("source", "source_key", "seq", "message", "host", "unit")
-        ]
-    )
-    records = records.select([pl.col(n).cast(t) for n, t in RECORD_SCHEMA.items()])
+    records = records_of(lines)
     parsed = parse_records(records, ParseOptions(catalog=catalog or load_catalog(), tz=tz))
     out = parsed.lines.select("line_id", "tp_rank", "dp_rank", "app_ts_us", "event", "entry", "parse_error")
     ev = parsed.events.drop(EVENT_BASE_COLUMNS[1:], strict=False)

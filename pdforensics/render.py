@@ -93,6 +93,51 @@ def print_ingest_summary(s: IngestSummary) -> None:
         )
     for reason, n in s.rejects_by_reason.items():
         con.print(f"  rejected {n:,}: {reason}", markup=False)
+    for line in source_notes(s):
+        con.print(f"  {line}", markup=False)
+
+
+def _where(st: Any) -> str:
+    src = (st.source or "-").removeprefix("file:")
+    return src if st.source and st.source.startswith("file:") else f"{src} {st.host or '-'}/{st.unit or '-'}"
+
+
+def source_notes(s: IngestSummary) -> list[str]:
+    """What the prefix and time passes did not understand or had to assume, per source and unit."""
+    notes: list[str] = []
+    for st in s.source_stats:
+        where = _where(st)
+        if st.no_time and st.no_time * 2 > st.lines:
+            notes.append(
+                f"{st.no_time:,} of {st.lines:,} lines of {where} have no timestamp I know: "
+                "check the format, or pass --tz/--date"
+            )
+        elif st.no_time:
+            notes.append(
+                f"{st.no_time:,} of {st.lines:,} lines of {where} have no time of their own (they inherit one)"
+            )
+        if st.no_prefix:
+            notes.append(
+                f"{st.no_prefix:,} of {st.lines:,} lines of {where} have no prefix I know and no catalog entry"
+            )
+        if st.engine_by_name and st.engine_by_lines and st.engine_by_name != st.engine_by_lines:
+            notes.append(
+                f"{where}: the name says {st.engine_by_name}, its lines show {st.engine_by_lines}: "
+                "the lines win"
+            )
+        if st.time_only:
+            notes.append(f"{st.time_only:,} time-only lines of {where} dated from {st.date_from}")
+        if st.joined:
+            notes.append(
+                f"{st.joined:,} lines of {where} joined into the record before them (split or wrapped)"
+            )
+    zones: dict[str, list[str]] = {}
+    for st in s.source_stats:
+        if st.zone and "from --tz" not in st.zone:
+            zones.setdefault(st.zone, []).append(_where(st))
+    for zone, wheres in zones.items():
+        notes.append(f"zone-less times read as {zone}: {', '.join(wheres)}")
+    return notes
 
 
 def print_verdict_line(v: Verdict) -> None:

@@ -102,7 +102,7 @@ EVENT_FIELDS: dict[str, pl.DataType] = {
     "e2e_latency_s": pl.Float64(),
 }
 
-ENGINES = ("prefill", "decode", "router", "other")
+ENGINES = ("prefill", "decode", "router", "unified", "other")  # unified: a non-PD server
 
 # KVPoll (0.5.23 srt/disaggregation/base/conn.py, unchanged since 0.4.6): lines that print the
 # integer (slime's `state=3`) get state_code; this names it.

@@ -75,6 +75,21 @@ META_DDL = [
         records BIGINT DEFAULT 0, stored BIGINT DEFAULT 0, duplicates BIGINT DEFAULT 0,
         skipped BIGINT DEFAULT 0, rejected BIGINT DEFAULT 0, unrecognised BIGINT DEFAULT 0,
         parse_errors BIGINT DEFAULT 0, status VARCHAR)""",
+    # Per ingest, source and unit: what the prefix and time passes made of its lines (parse.py
+    # _source_stats). Additive: a database without it gets it at the next open for writing.
+    """CREATE TABLE IF NOT EXISTS source_stats (
+        ingest_id INTEGER, source VARCHAR, host VARCHAR, unit VARCHAR,
+        lines BIGINT,           -- lines stored
+        no_prefix BIGINT,       -- first lines of records with no known prefix and no catalog entry
+        no_time BIGINT,         -- first lines of records with no time of their own (inherited or none)
+        inherited_time BIGINT,  -- lines whose ts_us came from an earlier line of the file
+        time_only BIGINT,       -- time-only prefixes dated from other lines or --date
+        joined BIGINT,          -- lines joined into the record before them (CRI partial, LineMax, wrap)
+        date_from VARCHAR,      -- where the time-only prefixes' date came from
+        zone VARCHAR,           -- zone the zone-less times were read in, and why; NULL: none read so
+        engine_by_name VARCHAR, -- engine the unit/file name suggests (NULL: none)
+        engine_by_lines VARCHAR,-- engine its lines showed (NULL: no evidence); the lines win
+        prefixes VARCHAR)""",  # prefix forms seen, "cri=300, rfc3339=2"
 ]
 
 
@@ -475,6 +490,25 @@ def resume_point(con: duckdb.DuckDBPyConnection, source_key: str, upto: int, con
     # The stored line at `start` is re-read as context, so only the lines before it stay unread.
     start = int(row[0])
     return start, int(row[1]) - 1
+
+
+SOURCE_STATS_COLUMNS = [
+    "source", "host", "unit", "lines", "no_prefix", "no_time", "inherited_time", "time_only", "joined",
+    "date_from", "zone", "engine_by_name", "engine_by_lines", "prefixes",
+]  # fmt: skip
+
+
+def save_source_stats(con: duckdb.DuckDBPyConnection, ingest_id: int, stats: pl.DataFrame) -> None:
+    frame = stats.select(pl.lit(ingest_id, pl.Int32).alias("ingest_id"), *SOURCE_STATS_COLUMNS)
+    with transaction(con):
+        con.register("_source_stats", frame.to_arrow())
+        try:
+            con.execute("DELETE FROM source_stats WHERE ingest_id = ?", [ingest_id])
+            con.execute(f"INSERT INTO source_stats (ingest_id, {', '.join(SOURCE_STATS_COLUMNS)}) "
+                        "SELECT * FROM _source_stats")  # fmt: skip
+        finally:
+            with suppress(duckdb.Error):
+                con.unregister("_source_stats")
 
 
 def store_batch(

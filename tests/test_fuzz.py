@@ -240,8 +240,9 @@ def test_block_opened_by_a_line_ending_with_a_colon_continues_in_the_next_batch(
 
 def test_engine_of_a_unit_does_not_depend_on_the_batch() -> None:
     lines = ["[2026-11-29 10:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 2, #cached-token: 0, "
-             "token usage: 0.00, #running-req: 0, #queue-req: 0,",
+             "token usage: 0.00, #running-req: 0, #queue-req: 0, #bootstrap-req: 0, #inflight-req: 0,",
              "[2026-11-29 10:00:01 TP0] something else", "[2026-11-29 10:00:02 TP0] and more"]  # fmt: skip
+    # (PD queue fields: a `Prefill batch` without them is a non-PD server's, engine `unified`.)
     whole, split = _two_ways(lines, "sglang-worker-0", 1)
     assert split["engine"].to_list() == whole["engine"].to_list() == ["prefill"] * 3
 

@@ -221,13 +221,50 @@ def test_suppressed_line_belongs_to_named_unit(cat: Catalog) -> None:
 
 
 def test_engine_from_unit_name_then_from_lines(cat: Catalog) -> None:
+    pd_line = "[2026-11-29 10:00:00] Prefill batch, #new-seq: 1, #bootstrap-req: 0, #inflight-req: 2"
     recs = records(
-        ["[2026-11-29 10:00:00] hello", "[2026-11-29 10:00:00] Prefill batch, #new-seq: 1", "x"],
+        ["[2026-11-29 10:00:00] hello", pd_line, "x"],
         unit=["sglang-dsv4-decode.service", "sglang-a.service", "sglang-a.service"],
     )
     lines = parse_records(recs, ParseOptions(catalog=cat, tz="UTC")).lines
-    # decode by name; the unnamed unit is prefill because its own lines say so
+    # decode by name; the unnamed unit is prefill because its own lines (PD queue fields) say so
     assert lines["engine"].to_list() == ["decode", "prefill", "prefill"]
+
+
+def test_non_pd_lines_under_a_prefill_name_are_unified() -> None:
+    """Issue 12: a non-PD server's log named prefill is `unified`, never prefill, and says so."""
+    from pdforensics.catalog import load_catalog
+
+    msgs = [
+        "[2026-11-29 10:00:00] The server is fired up and ready to roll!",
+        "[2026-11-29 10:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 0, "
+        "token usage: 0.00, #running-req: 0, #queue-req: 0",
+        "[2026-11-29 10:00:02 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00, "
+        "cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0",
+    ]
+    parsed = parse_records(records(msgs), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    # The first line has only the name to go by; from the first stats line on the lines decide.
+    assert parsed.lines["engine"].to_list() == ["prefill", "unified", "unified"]
+    row = parsed.stats.row(0, named=True)
+    assert (row["engine_by_name"], row["engine_by_lines"]) == ("prefill", "unified")
+
+
+def test_pd_fields_make_prefill_and_decode_whatever_the_name() -> None:
+    from pdforensics.catalog import load_catalog
+
+    prefill = (
+        "[2026-11-29 10:00:01 TP0] Prefill batch, #new-seq: 1, #new-token: 64, #cached-token: 0, "
+        "token usage: 0.00, #running-req: 0, #queue-req: 0, #bootstrap-req: 0, #inflight-req: 1"
+    )
+    decode = "[2026-11-29 10:00:02 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00, cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0"
+    msgs = [prefill, decode, decode]
+    # A unit named decode whose first line is PD prefill evidence, then plain decode lines: the
+    # PD evidence (1 prefill vote, no decode votes) keeps it prefill.
+    parsed = parse_records(records(msgs, unit=["decode"] * 3), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.lines["engine"].to_list() == ["prefill"] * 3
+    # Decode batch lines alone under a neutral name: decode.
+    parsed = parse_records(records([decode], unit=["worker"]), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.lines["engine"].to_list() == ["decode"]
 
 
 def test_bundled_catalog_reads_every_real_log(real_logs_dir: Path) -> None:
@@ -245,3 +282,72 @@ def test_bundled_catalog_reads_every_real_log(real_logs_dir: Path) -> None:
     stats = pl.Series(lines).str.contains(r"(?:Prefill|Decode) batch")
     assert out["event"].filter(stats).is_in(["prefill_stats", "decode_stats"]).all()
     assert out["parse_error"].null_count() == len(lines)
+
+
+def test_cri_partial_lines_are_one_record() -> None:
+    from pdforensics.catalog import load_catalog
+
+    msgs = [
+        "2026-05-16T12:44:55.100000000Z stderr P [2026-05-16 12:44:55 TP0] Prefill bootstrap failed for reque",
+        "2026-05-16T12:44:55.100000000Z stderr P st rank=0 req.rid='r1' req.bootstrap_room=12",
+        "2026-05-16T12:44:55.100000000Z stderr F 345 with exception KVTransferError(bootstrap_room=12345): boom",
+        "2026-05-16T12:44:56.000000000Z stdout F [2026-05-16 12:44:56] next",
+    ]
+    parsed = parse_records(records(msgs, unit=["c"] * 4), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    ev = parsed.events
+    assert ev["event"].to_list() == ["prefill_bootstrap_failed"]
+    assert ev["bootstrap_room"].to_list() == [12345] and ev["rid"].to_list() == ["r1"]
+    lines = parsed.lines
+    assert lines["cont_of"].to_list() == [None, 0, 0, None]
+    assert lines["message"].to_list() == msgs  # every piece is stored as it was
+    assert parsed.stats["joined"].to_list() == [2]
+
+
+def test_journald_linemax_split_is_joined() -> None:
+    """journald cuts a stream line at LineMax (48K): the entries that follow continue it."""
+    from pdforensics.catalog import load_catalog
+
+    head = "[2026-11-29 10:00:00] Receive: obj=GenerateReqInput(rid='r9', text='" + "x" * 60_000
+    cut = 48 * 1024
+    msgs = [head[:cut], head[cut:] + "', bootstrap_room=777, bootstrap_host='10.0.0.1')"]
+    recs = records(msgs, ts_us=[utc_us("2026-11-29 10:00:00")] * 2, pid=[7, 7])
+    parsed = parse_records(recs, ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.events["event"].to_list() == ["request_received"]
+    assert parsed.events["bootstrap_room"].to_list() == [777]
+    assert parsed.lines["cont_of"].to_list() == [None, 0]
+
+
+def test_wrapped_room_keeps_its_digits() -> None:
+    from pdforensics.catalog import load_catalog
+
+    msgs = [
+        "[2026-11-29 10:00:00 TP0] Prefill bootstrap failed for request rank=0 req.rid='r1' req.bootstrap_room=1234",
+        "    5678 with exception KVTransferError(bootstrap_room=12345678): Failed to get kvcache from decode",
+    ]
+    parsed = parse_records(records(msgs), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.events["bootstrap_room"].to_list() == [12345678]
+    assert parsed.lines["cont_of"].to_list() == [None, 0]
+
+
+def test_traceback_is_not_taken_for_a_wrap() -> None:
+    from pdforensics.catalog import load_catalog
+
+    msgs = [
+        "[2026-11-29 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/scheduler.py", line 1, in run',
+        "    self.event_loop()",
+        "RuntimeError: boom",
+    ]
+    parsed = parse_records(records(msgs), ParseOptions(catalog=load_catalog(), tz="UTC"))
+    assert parsed.lines["cont_of"].to_list() == [None, 0, 0, 0]
+    assert parsed.stats["joined"].to_list() == [0]
+
+
+def test_loki_labels_name_host_and_unit() -> None:
+    from pdforensics.catalog import load_catalog
+
+    msg = '2026-05-16 12:44:55.560\t{container="sglang-decode", pod="dec-0"}\t[2026-05-16 12:44:55 TP0] hello'
+    lines = parse_records(
+        records([msg], host=["local"]), ParseOptions(catalog=load_catalog(), tz="UTC")
+    ).lines
+    assert (lines["host"][0], lines["unit"][0], lines["engine"][0]) == ("dec-0", "sglang-decode", "decode")

@@ -55,6 +55,23 @@ def unit_from_name(path: Path) -> str:
     return Path(name).stem or name
 
 
+# Kubernetes container logs: /var/log/pods/<ns>_<pod>_<uid>/<container>/N.log and the
+# /var/log/containers/<pod>_<ns>_<container>-<64 hex id>.log links to them.
+_POD_LOG = re.compile(
+    r"(?:^|/)pods/(?P<ns>[^_/]+)_(?P<pod>[^_/]+)_[0-9a-f-]+/(?P<container>[^/]+)/\d+\.log(?:\.gz|\.\d+.*)?$"
+)
+_CONTAINER_LOG = re.compile(
+    r"(?:^|/)containers/(?P<pod>[^_/]+)_(?P<ns>[^_/]+)_(?P<container>.+)-[0-9a-f]{64}\.log$"
+)
+
+
+def pod_from_path(path: Path) -> tuple[str, str] | None:
+    """(pod, container) of a Kubernetes container log file, from its path; None for other files."""
+    text = str(path)
+    m = _POD_LOG.search(text) or _CONTAINER_LOG.search(text)
+    return (m["pod"], m["container"]) if m else None
+
+
 def non_text_share(head: bytes) -> float:
     text = head.decode("utf-8", "replace")
     return len(_NON_TEXT.findall(text)) / len(text) if text else 0.0
@@ -73,9 +90,11 @@ class PlainFileSource:
             raise SourceError(f"{self.path}: not a text log ({share:.0%} of its first 64 KiB is not text)")
         self.key = file_key(head)
         self.label = f"file:{self.path.resolve()}"
-        # The machine reading a copied file is not the machine that wrote it, hence no hostname.
-        self.host = host or "local"
-        self.unit = unit or unit_from_name(self.path)
+        # The machine reading a copied file is not the machine that wrote it, hence no hostname;
+        # a Kubernetes container log names its pod (host) and container (unit) in its path.
+        pod = pod_from_path(self.path.resolve()) or pod_from_path(self.path)
+        self.host = host or (pod[0] if pod else "local")
+        self.unit = unit or (pod[1] if pod else unit_from_name(self.path))
         self.chunk_bytes = chunk_bytes
         with open(self.path, "rb") as f:
             self.compressed = f.read(2) == GZIP_MAGIC
