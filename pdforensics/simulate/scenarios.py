@@ -1160,9 +1160,11 @@ _DEPTH = [
         watchdog_deployed=None,
         reasons_contain=("the logging changed at run time",),
         verdict_options={"watchdog_timeout_s": 60},
+        stuck_elsewhere=True,  # their decode receivers wait in the decode transfer queue too
         notes="Before 120 s every request has Receive:/Finish: lines; after it no line names a request, so the "
         "three pins (received at ~150-153 s) are anonymous (`anonymous_pins` 3) and the request log can no "
-        "longer narrow the gauge: the floor bound stands, and the reasons name the logging change.",
+        "longer narrow the gauge: the floor bound stands, and the reasons name the logging change. Their decode "
+        "receivers wait in the decode transfer queue (`#transfer-req` 3 to the end): `stuck_elsewhere` too.",
     ),
 ]
 SCENARIOS.update({s.name: s for s in _DEPTH})
