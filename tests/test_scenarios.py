@@ -10,12 +10,17 @@ expected.json may add (see fixtures/README.md):
   what journald dropped): `verdict`, `reasons_contain`, `anonymous_pins`, and the `requests` rows
   that differ (by room);
 * `ingests`: the data is stored by separate `ingest --since/--until` runs, in order, each with the
-  verdict of its own window; without window options the verdict must judge the last one's.
+  verdict of its own window; without window options the verdict must judge the last one's;
+* `recovery`: the verdict's `watchdog.recovery` (drained | wedged) after the watchdog fired;
+* `stuck_elsewhere`: true when some queue outside the watchdog's is stuck (`stuck_elsewhere` non-empty);
+* `request_details`: per room, keys its verdict row must hold: `backpressure`, `legs`,
+  `reason_startswith` (the row's `reason`), `firing_state` (its `watchdog.firings[].state`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -98,6 +103,28 @@ def assert_matches(got: dict, exp: dict, label: str) -> None:
             assert row[flag] == want[flag], (label, room, flag, row)
     listed = {r["bootstrap_room"] for r in exp["requests"] if r["class"] != "completed"}
     assert set(found) <= listed | {r["bootstrap_room"] for r in exp["requests"]}, label
+    assert_depth(got, exp, found, label)
+
+
+def assert_depth(got: dict, exp: dict, found: dict, label: str) -> None:
+    """Issue 14's keys: recovery, a queue stuck outside the watchdog's, per-room details."""
+    if "recovery" in exp:
+        assert got["watchdog"]["recovery"] == exp["recovery"], (label, got["watchdog"]["recovery_paths"])
+    if exp.get("stuck_elsewhere"):
+        assert got["stuck_elsewhere"], (label, got["reasons"])
+    firings = {f["bootstrap_room"]: f for f in got["watchdog"]["firings"]}
+    for want in exp.get("request_details", []):
+        room = want["bootstrap_room"]
+        row = found[room]
+        for key, value in want.items():
+            if key == "reason_startswith":
+                assert (row["reason"] or "").startswith(value), (label, room, row["reason"])
+            elif key == "firing_state":
+                assert firings[room]["state"] == value, (label, room, firings.get(room))
+            elif key == "backpressure":
+                assert row["backpressure"] is value and firings[room]["backpressure"] is value, (label, room)
+            elif key != "bootstrap_room":
+                assert row[key] == value, (label, room, key, row[key])
 
 
 def windows(exp: dict) -> list[Window]:
@@ -129,7 +156,23 @@ def check(db: Path, exp: dict, label: str) -> None:
     assert_ingests(db, exp, label)
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+# Scenarios whose ground truth the current rules do not reach yet (reported to the lead; queries/
+# is not this file's to change). strict: the day the rules give the ground truth, this fails and the
+# entry must go.
+RULE_GAPS = {
+    "upstream_bootstrap_timeout_with_watchdog": "a bootstrap floor held by the room SGLang's own bootstrap "
+    "timeout then ended is called stuck outside the watchdog's queue (inconclusive, not nothing_stuck)",
+}
+
+
+def cases(names: list[str]) -> list:
+    return [
+        pytest.param(n, marks=pytest.mark.xfail(reason=RULE_GAPS[n], strict=True)) if n in RULE_GAPS else n
+        for n in names
+    ]
+
+
+@pytest.mark.parametrize("scenario", cases(SCENARIOS))
 def test_journal_file(scenario: str, tmp_path: Path, catalog, make_journal) -> None:
     exp = expected_of(scenario)
     journal = make_journal((fixtures_dir() / scenario / "journal.export").read_bytes(), "incident.journal")
@@ -139,7 +182,7 @@ def test_journal_file(scenario: str, tmp_path: Path, catalog, make_journal) -> N
     check(db, exp, f"{scenario} (.journal)")
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", cases(SCENARIOS))
 def test_json_lines(scenario: str, tmp_path: Path, catalog) -> None:
     exp = expected_of(scenario)
     db = tmp_path / "json.duckdb"
@@ -149,7 +192,7 @@ def test_json_lines(scenario: str, tmp_path: Path, catalog) -> None:
     check(db, exp, f"{scenario} (json)")
 
 
-@pytest.mark.parametrize("scenario", sorted(set(SCENARIOS) - JOURNAL_ONLY))
+@pytest.mark.parametrize("scenario", cases(sorted(set(SCENARIOS) - JOURNAL_ONLY)))
 def test_plain_logs(scenario: str, tmp_path: Path, catalog) -> None:
     exp = expected_of(scenario, "plain")
     db = tmp_path / "plain.duckdb"
@@ -195,6 +238,20 @@ DECISIVE_LINES = {
     ),
     "hole_hides_firing": ("Suppressed 226 messages from", "Suppressed 40 messages from"),
     "window_starts_after_armed": ("inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=60s",),
+    "wedge_after_decode_restart": (
+        "stalled >60s in KVPoll.WaitingForInput",
+        '"GET /health HTTP/1.1" 200 OK',
+        "Failed to get kvcache from prefill instance, it might be dead",
+    ),
+    "fired_under_saturation_then_drains": ("full token usage: 0.98", "#prealloc-req: 7"),
+    "upstream_bootstrap_timeout_with_watchdog": (
+        "Some requests timed out when bootstrapping",
+        "timed out after 300.0s in KVPoll.Bootstrapping",
+    ),
+    "slime_dialect": ("s (state=3) for request rank=", "Decode transfer timeout for request rank="),
+    "frozen_decode_transfer_queue": ("#transfer-req: 2",),
+    "rebootstrap_leg": ("KV cache pool is full. Retract requests.", "10.0.26.21:"),
+    "log_level_change_mid_window": ("Config logging: obj=ConfigureLoggingReq(log_requests=False",),
 }
 
 
@@ -210,3 +267,40 @@ def test_decisive_lines_are_recognised(scenario: str, tmp_path: Path, catalog) -
             assert all(event is not None for (event,) in rows), (scenario, needle, "not recognised")
     finally:
         con.close()
+
+
+DEPTH_SCENARIOS = (
+    "wedge_after_decode_restart",
+    "fired_under_saturation_then_drains",
+    "upstream_bootstrap_timeout_with_watchdog",
+    "slime_dialect",
+    "frozen_decode_transfer_queue",
+    "rebootstrap_leg",
+    "log_level_change_mid_window",
+)
+
+
+def _unrecognised(scenario: str, db: Path, catalog) -> set[str]:
+    """Messages no catalog entry recognised, without their `[time ranks] ` prefix."""
+    ingest(db, [open_file_source(fixtures_dir() / scenario / "journal.json")], Selection(), catalog)
+    con = store.open_db(db, read_only=True)
+    try:
+        rows = con.execute("SELECT message FROM lines WHERE event IS NULL").fetchall()
+    finally:
+        con.close()
+    hosts = json.loads((fixtures_dir() / scenario / "expected.json").read_text())["hosts"]
+    out = set()
+    for (m,) in rows:
+        m = re.sub(r"^\[[^\]]*\] ", "", m)
+        for host in hosts:
+            m = m.replace(host, "<host>")
+        out.add(m)
+    return out
+
+
+@pytest.mark.parametrize("scenario", DEPTH_SCENARIOS)
+def test_every_new_line_is_recognised(scenario: str, tmp_path: Path, catalog) -> None:
+    """The issue-14 scenarios add no line the catalog misses: what stays unrecognised is the startup
+    noise `healthy` has too (another program's ExecStartPre output, a library's ANSI warning, …)."""
+    known = _unrecognised("healthy", tmp_path / "healthy.duckdb", catalog)
+    assert _unrecognised(scenario, tmp_path / "s.duckdb", catalog) <= known

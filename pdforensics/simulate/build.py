@@ -86,7 +86,7 @@ def _startup_lines(w: World, eng: EngineCfg, proc: Proc) -> None:
     w.emit(load_end + 1.2, s, L.max_tokens_line(eng), r0)
     if eng.backend == "nixl":
         w.emit(load_end + 1.4, s, "NIXL KVManager initialized with backend: UCX", r0)
-    if eng.role == "prefill" and eng.watchdog_s is not None:
+    if eng.role == "prefill" and eng.watchdog_s is not None and eng.watchdog_dialect == "dsv4":
         w.emit(load_end + 1.5, s, L.watchdog_armed(eng.watchdog_s), r0)
     if eng.role == "decode":
         w.emit(

@@ -51,8 +51,9 @@ def _event_rooms(w: World, eng: EngineCfg, end: float, lo: float = 0.0) -> tuple
 def _visible(w: World, eng: EngineCfg, side: str, end: float, lo: float = 0.0) -> tuple[pl.Expr, pl.Expr]:
     recv, fin = pl.col(f"{side}_recv"), pl.col(f"{side}_fin")
     lines = pl.lit(False)
-    if eng.log_requests:
-        lines = _seen(w, eng, recv, end, lo) | _seen(w, eng, fin, end, lo)
+    if eng.log_requests:  # until a runtime `Config logging` turns the request log off
+        logged = min(end, eng.log_requests_until)
+        lines = _seen(w, eng, recv, logged, lo) | _seen(w, eng, fin, logged, lo)
     if eng.time_stats:
         lines = lines | ((pl.col(f"{side}_out") == "ok") & _seen(w, eng, fin, end, lo))
     if side == "d":
@@ -73,6 +74,8 @@ def _in_holes(w: World, eng: EngineCfg, t: pl.Expr) -> pl.Expr:
 
 def _classes(w: World, pre: EngineCfg, end: float, timeout: float) -> tuple[pl.Expr, pl.Expr]:
     held = pl.col("p_out").is_in(["pinned", "watchdog", "none"])
+    # a rebootstrap leg has no decode request of its own: its room's first leg is that
+    leg2 = pl.col("prid").is_in(sorted(w.rebootstrap))
     p_open = (
         pl.col("to_p") & (pl.col("p_recv") <= end) & ((pl.col("p_out") == "none") | (pl.col("p_rel") > end))
     )
@@ -105,13 +108,20 @@ def _classes(w: World, pre: EngineCfg, end: float, timeout: float) -> tuple[pl.E
         .then(pl.lit("undecided"))
         .when((p_open & held & (age >= timeout + MARGIN_S)) | stuck_then_died)
         .then(pl.lit("silent_pin"))
-        .when(((pl.col("p_out") == "xfer_fail") & p_done) | ((pl.col("d_out") == "xfer_fail") & d_done))
+        .when(
+            (pl.col("p_out").is_in(["xfer_fail", "boot_timeout"]) & p_done)
+            | ((pl.col("d_out") == "xfer_fail") & d_done)
+        )
         .then(pl.lit("transfer_failed"))
         .when((pl.col("p_out").is_in(ABORTS_P) & p_done) | (pl.col("d_out").is_in(ABORTS_D) & d_done))
         .then(pl.lit("aborted"))
         .when(((pl.col("d_out") == "lost") & d_done) | (pl.col("p_out") == "died"))
         .then(pl.lit("lost"))
-        .when((pl.col("p_out") == "ok") & p_done & (pl.col("d_out") == "ok") & (pl.col("d_fin") <= end))
+        .when(
+            (pl.col("p_out") == "ok")
+            & p_done
+            & (((pl.col("d_out") == "ok") & (pl.col("d_fin") <= end)) | leg2)
+        )
         .then(pl.lit("completed"))
         .otherwise(pl.lit("in_flight"))
         .alias("class"),
@@ -160,7 +170,7 @@ def _offset(minutes: int) -> str:
 def _listed(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> tuple[pl.DataFrame, int]:
     """The requests some line names (expected.json's rows) and the anonymous pins."""
     df = classify(w, sc, pre, dec)
-    listed = df.filter(pl.col("vis_p") | pl.col("vis_d"))
+    listed = _by_room(df.filter(pl.col("vis_p") | pl.col("vis_d")))
     # a pin no judged line names, still held in the judged window (one that died before it is not)
     lo = sc.ingests_s[-1][0] if sc.ingests_s else 0.0
     anonymous = df.filter(
@@ -176,6 +186,25 @@ def _listed(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> tuple[pl.DataFrame,
         one_sided=pl.col("vis_p") != pl.col("vis_d"),
     )
     return rows, anonymous
+
+
+# A room with several legs takes the first of its legs' classes in this order: an open leg keeps
+# the room from being completed (issue 14: a request is classed from all its legs).
+LEG_ORDER = [
+    "watchdog_fired", "undecided", "silent_pin", "transfer_failed", "aborted", "lost", "in_flight", "completed",
+]  # fmt: skip
+
+
+def _by_room(listed: pl.DataFrame) -> pl.DataFrame:
+    """One row per room: a rebootstrap leg joins its room's first leg (rids, flags and visibility of any leg)."""
+    if not listed["room"].is_duplicated().any():
+        return listed
+    rank = {c: i for i, c in enumerate(LEG_ORDER)}
+    return listed.group_by("room", maintain_order=True).agg(
+        pl.col("prid", "drid", "rid_p", "rid_d").first(),
+        pl.col("class").sort_by(pl.col("class").replace_strict(rank, return_dtype=pl.Int32)).first(),
+        pl.col("vis_p", "vis_d", "abort_race", "across_restart").any(),
+    )
 
 
 def _plain_view(w: World, sc, pre: EngineCfg, dec: EngineCfg, rows: pl.DataFrame) -> dict:
@@ -237,6 +266,12 @@ def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[i
         ]
     if sc.plain_verdict is not None:
         head["by_input"] = {"plain": _plain_view(w, sc, pre, dec, rows)}
+    if sc.recovery is not None:  # did the deployment recover after the watchdog fired
+        head["recovery"] = sc.recovery
+    if sc.stuck_elsewhere:  # some queue outside the watchdog's is stuck
+        head["stuck_elsewhere"] = True
+    if sc.details:
+        head["request_details"] = _details(sc, rows)
     check_consistency(sc.name, sc.verdict, head["reasons_contain"], set(rows["class"].unique()), anonymous)
     buf = io.BytesIO()
     rows.write_ndjson(buf)
@@ -247,6 +282,18 @@ def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[i
         if rows.height
         else text + ',\n "requests": []\n}\n'
     )
+
+
+def _details(sc, rows: pl.DataFrame) -> list[dict]:
+    """Per-room keys the verdict's row must hold (``Scenario.details``), for each room of the class."""
+    out: dict[str, dict] = {}
+    for cls, key, value in sc.details:
+        rooms = rows.filter(pl.col("class") == cls)["bootstrap_room"].to_list()
+        if not rooms:
+            raise AmbiguousScenario(f"{sc.name}: no {cls} request for detail {key}")
+        for room in rooms:
+            out.setdefault(room, {"bootstrap_room": room})[key] = value
+    return list(out.values())
 
 
 def check_consistency(name: str, verdict: str, reasons: list[str], classes: set[str], anonymous: int) -> None:

@@ -147,6 +147,44 @@ def watchdog_fired(rid: str, room: int, timeout_s: int, state: str, dwell: float
     )
 
 
+# KVPoll is a plain class of ints (0.5.23 srt/disaggregation/base/conn.py): slime prints the int
+KVPOLL_CODE = {
+    "KVPoll.Failed": 0,
+    "KVPoll.Bootstrapping": 1,
+    "KVPoll.WaitingForInput": 2,
+    "KVPoll.Transferring": 3,
+    "KVPoll.Success": 4,
+}
+
+
+def slime_prefill_timeout(dwell: float, code: int, rank: int, rid: str, room: int) -> str:
+    """THUDM/slime sglang.patch (prefill inflight queue, ERROR; upstream-0.5.23.md §1.3)."""
+    return (
+        f"Prefill transfer timed out after {dwell:.1f}s (state={code}) for request rank={rank} "
+        f"req.rid='{rid}' req.bootstrap_room={room}"
+    )
+
+
+def slime_decode_timeout(rank: int, rid: str, room: int, timeout_s: int) -> str:
+    """slime's decode transfer-queue timeout (``%s`` formatting: plain rid=, room=)."""
+    return f"Decode transfer timeout for request rank={rank} rid={rid} room={room} after {timeout_s}s"
+
+
+BOOTSTRAP_TIMEOUT_HINT = (
+    "Some requests timed out when bootstrapping, which means prefill instances fail to receive the KV "
+    "indices from the decode instance of this request. If a greater mean TTFT is acceptable, you can "
+    "'export SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=600' (10 minutes) to relax the timeout condition. "
+)
+
+
+def config_logging(log_requests: bool) -> str:
+    """``Config logging: {obj=}`` (tokenizer_manager.py:2418): the root logger, no rank prefix."""
+    return (
+        f"Config logging: obj=ConfigureLoggingReq(log_requests={log_requests}, log_requests_level=None, "
+        "log_requests_format=None, log_level=None)"
+    )
+
+
 def abort_finish_reason(message: str, status: int = 500) -> str:
     """FINISH_ABORT.to_json() as printed inside a Finish: line (a Python dict repr)."""
     return f"{{'type': 'abort', 'message': {message!r}, 'status_code': {status}, 'err_type': None}}"

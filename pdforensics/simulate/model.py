@@ -64,6 +64,12 @@ class EngineCfg:
     time_stats: bool = False  # L2 (--enable-request-time-stats-logging)
     watchdog_s: int | None = None  # the operator's inflight-watchdog patch, armed at this timeout
     watchdog_broken: bool = False  # armed but never fires (scenario 4)
+    # whose watchdog patch: "dsv4" (the operator's, an armed line) or "slime" (no armed line;
+    # on a decode it times out the decode transfer queue itself)
+    watchdog_dialect: str = "dsv4"
+    bootstrap_timeout_s: float | None = None  # SGLang's own SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT fires
+    hears_prefill_failure: bool = False  # decode: a prefill watchdog release reaches it (it fails the room)
+    log_requests_until: float = INF  # a runtime `Config logging` turns --log-requests off here
     http_port: int = 30000
     bootstrap_port: int = 8998
     syslog_identifier: str = "python3"
@@ -224,6 +230,13 @@ class World:
     bulk: list[pl.DataFrame] = field(default_factory=list)  # background traffic, generated in bulk
     batches: list = field(default_factory=list)  # (dp_rank, sim.Batches) of the prefill
     table: pl.DataFrame | None = None  # every request and its outcome, after sim.run()
+    fire_states: dict[int, str] = field(default_factory=dict)  # room -> KVPoll state a firing names
+    decode_stuck: set[int] = field(default_factory=set)  # rooms whose decode receiver never completes
+    hinted: bool = False  # the bootstrap-timeout hint (warning_once) was printed
+    # DeepSeek-V4 rebootstrap legs (upstream-0.5.23.md §1.2 B): prefill rid (= the decode's rid) -> the
+    # decode host's IP that POSTs it; the room is already bootstrapped
+    rebootstrap: dict[str, str] = field(default_factory=dict)
+    retracted: dict[int, float] = field(default_factory=dict)  # room -> decode retraction that never resumes
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"pdforensics-sim:{self.name}:{self.seed}")

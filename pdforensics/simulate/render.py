@@ -188,7 +188,14 @@ def _request_logger_specs(
     none = pl.lit("")
     return [
         _spec(
-            df, recv, stream, none, pl.concat_str([pl.lit("Receive: obj="), obj]), pl.lit(True), span, w.t0_us
+            df,
+            recv,
+            stream,
+            none,
+            pl.concat_str([pl.lit("Receive: obj="), obj]),
+            pl.col(recv) < eng.log_requests_until,  # a runtime `Config logging` can turn it off
+            span,
+            w.t0_us,
         ),
         _spec(
             df,
@@ -196,11 +203,19 @@ def _request_logger_specs(
             stream,
             none,
             pl.concat_str([pl.lit("Finish: obj="), obj, pl.lit(", out="), meta]),
-            pl.col(recv).is_not_null(),
+            pl.col(recv).is_not_null() & (pl.col(fin) < eng.log_requests_until),
             span,
             w.t0_us,
         ),
     ]
+
+
+def _client(w: World) -> pl.Expr:
+    """Who called: the probe, the router, or (a rebootstrap leg) the decode host itself."""
+    client = pl.when(pl.col("hc")).then(pl.lit(PROBE_IP))
+    for rid, ip in sorted(w.rebootstrap.items()):
+        client = client.when(pl.col("prid") == rid).then(pl.lit(ip))
+    return client.otherwise(pl.lit(ROUTER_IP))
 
 
 def _access_spec(df, eng: EngineCfg, side: str, span: tuple[float, float], w: World) -> pl.DataFrame:
@@ -209,7 +224,7 @@ def _access_spec(df, eng: EngineCfg, side: str, span: tuple[float, float], w: Wo
     line = pl.concat_str(
         [
             pl.lit("INFO:     "),
-            pl.when(hc).then(pl.lit(PROBE_IP)).otherwise(pl.lit(ROUTER_IP)),
+            _client(w),
             pl.lit(":"),
             _s(f"port_{side}"),
             pl.when(hc)

@@ -57,6 +57,10 @@ class Scenario:
     ingests_s: tuple[tuple[float, float], ...] = ()
     ingest_verdicts: tuple[str, ...] = ()
     name_undecided: bool = False  # the reasons must name every `undecided` room (reasons_contain)
+    recovery: str | None = None  # watchdog.recovery the verdict must give (expected.json `recovery`)
+    # per-request keys the verdict's row must hold: (class, key, value) for every listed room of that class
+    details: tuple[tuple[str, str, object], ...] = ()
+    stuck_elsewhere: bool = False  # the verdict must name a queue stuck outside the watchdog's
 
 
 def dsv4(role: str, host: Host, version: tuple[int, int, int], tp: int, **kw) -> EngineCfg:
@@ -600,6 +604,185 @@ def build_two_incidents(w: World) -> Built:
     return Built(pre, dec, [p, p2], [d, d2])
 
 
+# ---- 19-25: verdict depth (issue 14) -------------------------------------------------------------
+
+WEDGE_RESTART = 80.0
+
+
+def build_wedge_after_decode_restart(w: World) -> Built:
+    """NIXL: a handle stuck across a decode-only restart blocks the transfer worker for that decode
+    endpoint (upstream-0.5.23.md §1.4): every later room to it stays in the inflight queue, the first
+    in Transferring, the ones queued behind it in WaitingForInput, and the watchdog fires on each."""
+    hp = w.host("dsv4-p21", tz_min=480, ip="10.0.21.11")
+    hd = w.host("dsv4-d21", tz_min=480, skew_s=0.02, ip="10.0.21.21")
+    pre = dsv4("prefill", hp, V0_5_18, 4, watchdog_s=60, access_log_health=False)
+    dec = dsv4("decode", hd, V0_5_18, 4, http_port=30000, hears_prefill_failure=True)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    s, end = WEDGE_RESTART, 330.0
+    d2 = B.restart(w, d, s, kill_after=20.0, ready_after=36.0)
+    for t in (s + 12.2, s + 14.9, s + 16.8):  # routed while decode drains: their KV never lands
+        _pinned(w, t, pre)
+    B.health_checks(w, pre, -60.0, end, interval=30.0)
+    # the router's /health probes of the decode: answered 200 by the new process all along
+    B.health_checks(w, dec, -60.0, d.t_end, interval=15.0)
+    B.health_checks(w, dec, d2.t_ready, end, interval=15.0)
+    B.traffic(w, pre, dec, -60.0, s - 3.0, rate=1 / 14)
+    first = True
+    t = d2.t_ready + 4.0
+    while t < end - 75.0:  # every new room to the restarted decode: the blocked worker holds it
+        r = _pinned(w, t, pre, out_len=int(w.uniform(60, 400)), in_len=int(w.uniform(1500, 8000)))
+        r.pin = True
+        w.fire_states[r.room] = "KVPoll.Transferring" if first else "KVPoll.WaitingForInput"
+        first = False
+        t += w.uniform(9.0, 15.0)
+    return Built(pre, dec, [p], [d, d2])
+
+
+SATURATED_AT = 100.0
+
+
+def build_fired_under_saturation_then_drains(w: World) -> Built:
+    hp = w.host("dsv4-p22", tz_min=0, ip="10.0.22.11")
+    hd = w.host("dsv4-d22", tz_min=0, skew_s=-0.03, ip="10.0.22.21")
+    pre = dsv4("prefill", hp, V0_5_18, 4, watchdog_s=60, access_log_health=False)
+    dec = dsv4(
+        "decode",
+        hd,
+        V0_5_18,
+        4,
+        http_port=30000,
+        access_log_health=False,
+        health_generate=False,
+        max_total_tokens=131072,  # a small decode KV pool: a burst of long generations fills it
+        hears_prefill_failure=True,
+    )
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end, a = 330.0, SATURATED_AT
+    B.health_checks(w, pre, -60.0, end, interval=20.0)
+    B.traffic(w, pre, dec, -60.0, a - 5.0, rate=1 / 16)
+    for k in range(22):  # long generations: the decode pool is full for ~80 s
+        _pinned(w, a + 0.4 * k, pre, out_len=int(w.uniform(5600, 6400)), in_len=int(w.uniform(5000, 7000)))
+    for t in (a + 1.0, a + 3.5):  # slow transfers the 60 s watchdog kills
+        _pinned(w, t, pre, out_len=300).pin = True
+    for k in range(7):  # no KV memory on decode: they wait for pre-allocation past the firings
+        t = a + 40.0 + 1.5 * k
+        _pinned(w, t, pre, out_len=200).prealloc_wait = a + 78.0 + k + w.rng.random() - t
+    B.traffic(w, pre, dec, a + 95.0, end, rate=1 / 14)  # load falls: ordinary traffic completes
+    return Built(pre, dec, [p], [d])
+
+
+BOOTSTRAP_TIMEOUT_S = 300.0
+
+
+def build_upstream_bootstrap_timeout_with_watchdog(w: World) -> Built:
+    pre, dec = _patched_pair(
+        w, "dsv4-node-23", tz_min=60, ip="10.0.23.1", bootstrap_timeout_s=BOOTSTRAP_TIMEOUT_S
+    )
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    end = 360.0
+    B.health_checks(w, pre, p.t_ready, end, interval=20.0)
+    B.traffic(w, pre, dec, d.t_ready + 2, end, rate=1 / 18)
+    # the router's decode leg of this request never reached the decode (connection reset): no
+    # decode ever sends its KV indices, the prefill sender stays Bootstrapping for 300 s
+    r = _pinned(w, 44.5, pre)
+    r.to_decode = False
+    return Built(pre, dec, [p], [d])
+
+
+def build_slime_dialect(w: World) -> Built:
+    host = w.host("slime-node-04", tz_min=480, ip="10.0.24.1")
+    slime = dict(watchdog_s=600, watchdog_dialect="slime", access_log_health=False)
+    pre = dsv4("prefill", host, V0_5_14, 4, **slime)
+    dec = dsv4("decode", host, V0_5_14, 4, health_generate=False, **slime)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = SLIME_END
+    B.health_checks(w, pre, -60.0, end, interval=30.0)
+    B.traffic(w, pre, dec, -60.0, end, rate=1 / 24)
+    for t in (150.2, 152.7):  # NIXL handles that never complete; slime's 600 s timeout fires on both sides
+        _pinned(w, t, pre).pin = True
+    return Built(pre, dec, [p], [d])
+
+
+SLIME_END = 900.0
+FROZEN_AT = 120.0
+
+
+def build_frozen_decode_transfer_queue(w: World) -> Built:
+    pre, dec = _patched_pair(w, "dsv4-node-25", tz_min=-300, ip="10.0.25.1")
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    B.traffic(w, pre, dec, d.t_ready + 2, end, rate=1 / 12)
+    for t in (
+        FROZEN_AT,
+        FROZEN_AT + 1.3,
+    ):  # prefill sends the KV (Success); the decode receiver never completes
+        w.decode_stuck.add(_pinned(w, t, pre).room)
+    return Built(pre, dec, [p], [d])
+
+
+REBOOTSTRAP_AT = (96.0, 150.0)  # the two retracted requests arrive here
+
+
+def build_rebootstrap_leg(w: World) -> Built:
+    """DeepSeek-V4 on 0.5.23: a retracted decode request POSTs /generate straight to the prefill with
+    its room and the decode's rid (upstream-0.5.23.md §1.2 B); the prefill recomputes the KV."""
+    hp = w.host("dsv4-p26", tz_min=480, ip="10.0.26.11")
+    hd = w.host("dsv4-d26", tz_min=480, skew_s=0.01, ip="10.0.26.21")
+    pre = dsv4("prefill", hp, V0_5_23, 4, access_log_health=False)
+    dec = dsv4("decode", hd, V0_5_23, 4, http_port=30000, access_log_health=False, health_generate=False)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 330.0
+    B.health_checks(w, pre, -60.0, end)
+    B.traffic(w, pre, dec, -60.0, end, rate=1 / 16)
+    for k, t in enumerate(REBOOTSTRAP_AT):
+        r = _pinned(w, t, pre, out_len=3200, in_len=7000)  # a long generation: ~42 s of decode
+        t_r = t + 12.0
+        # the pool is full: the decode retracts it (no host copy on a DSV4 pool) ...
+        w.emit(
+            t_r,
+            d.stream,
+            "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_tokens_gained: "
+            f"{7000 + 900 + 40 * k}, #new_token_ratio: 0.7000 -> 0.8500",
+            dec.ranks(0),
+        )
+        # ... and POSTs /generate to the prefill itself: same room, its own rid, bypassing the router
+        leg = Req(r.room, r.drid, "", t_r + 0.04, 7000 + 900, 1)
+        leg.to_decode = False
+        leg.pin = k == 1  # the second one's recompute never finishes its transfer; no watchdog
+        w.reqs.append(leg)
+        w.rebootstrap[r.drid] = hd.ip
+        if k == 1:
+            w.retracted[r.room] = t_r
+    return Built(pre, dec, [p], [d])
+
+
+LOGGING_OFF_AT = 120.0
+
+
+def build_log_level_change_mid_window(w: World) -> Built:
+    host = w.host("dsv4-node-27", tz_min=0, ip="10.0.27.1")
+    quiet = dict(access_log_health=False, log_requests_until=LOGGING_OFF_AT)
+    pre = dsv4("prefill", host, V0_5_23, 4, **quiet)
+    dec = dsv4("decode", host, V0_5_23, 4, health_generate=False, **quiet)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 330.0
+    B.health_checks(w, pre, -60.0, end)
+    B.traffic(w, pre, dec, -60.0, end, rate=1 / 16)
+    for proc in (p, d):  # `POST /configure_logging {"log_requests": false}` to both engines
+        w.emit(LOGGING_OFF_AT - 0.002, proc.stream, L.config_logging(False))
+    for t in (150.4, 151.9, 153.3):  # NIXL handles that never complete, after the request log went quiet
+        _pinned(w, t, pre).pin = True
+    return Built(pre, dec, [p], [d])
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in [
@@ -859,5 +1042,130 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     ]
 }
+
+
+_DEPTH = [
+    Scenario(
+        "wedge_after_decode_restart",
+        "Patched build armed at 60 s (0.5.18, NIXL, two hosts): a decode-only restart leaves a NIXL handle "
+        "stuck; afterwards every new room to that decode stays in the prefill inflight queue (one "
+        "KVPoll.Transferring, then KVPoll.WaitingForInput behind it) and the watchdog fires on each, while "
+        "the decode's /health answers 200.",
+        build_wedge_after_decode_restart,
+        verdict="watchdog_fired",
+        evidence_level="L1",
+        watchdog_timeout_s=60,
+        watchdog_deployed=True,
+        recovery="wedged",
+        notes="Restart at 80 s (SIGKILL at 100 s, ready ~138 s). Three rooms routed during the drain fire at "
+        "~152-157 s (Transferring); from ~142 s every new room pins and fires 60 s later: the first "
+        "Transferring, the rest WaitingForInput (`watchdog.firings[].state`). No request completes on the "
+        "prefill -> decode path after the first firing; the decode's /health access lines stay 200 and each "
+        "release reaches the decode as `Decode transfer failed ... it might be dead`.",
+    ),
+    Scenario(
+        "fired_under_saturation_then_drains",
+        "Patched build armed at 60 s (0.5.18, two hosts): a burst of 22 long generations fills the decode's KV "
+        "pool (token usage 0.98), seven more wait for pre-allocation, and two slow transfers are killed by the "
+        "watchdog at 60 s while the decode is saturated; then the load falls and requests complete.",
+        build_fired_under_saturation_then_drains,
+        verdict="watchdog_fired",
+        evidence_level="L1",
+        watchdog_timeout_s=60,
+        watchdog_deployed=True,
+        recovery="drained",
+        details=(("watchdog_fired", "backpressure", True),),
+        notes="Burst from 100 s; the two firings at ~161 s and ~164 s have decode batch lines with token usage "
+        "0.98 and #prealloc-req 7 (not shrinking) around them: `backpressure: true`. The pre-allocation waiters "
+        "proceed from ~180 s; ordinary traffic from 195 s completes and the inflight floor returns to 0.",
+    ),
+    Scenario(
+        "upstream_bootstrap_timeout_with_watchdog",
+        "Patched build armed at 60 s (0.5.18): one request's decode leg never reached the decode, so its prefill "
+        "sender stays Bootstrapping until SGLang's own 300 s bootstrap timeout fails it on every rank (with the "
+        "one-time SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT hint); the watchdog has nothing to do.",
+        build_upstream_bootstrap_timeout_with_watchdog,
+        verdict="nothing_stuck",
+        evidence_level="L1",
+        watchdog_timeout_s=60,
+        watchdog_deployed=True,
+        duration_s=360.0,
+        details=(("transfer_failed", "reason_startswith", "upstream_timeout (bootstrap_timeout)"),),
+        notes="The request arrives at 44.5 s and is failed at ~344.5 s (`Prefill bootstrap failed ... timed "
+        "out after 300.0s in KVPoll.Bootstrapping`, WARNING, each TP rank): `transfer_failed` with reason "
+        "`upstream_timeout (bootstrap_timeout)`, never `watchdog_fired`; only prefill lines name it "
+        "(`one_sided`).",
+    ),
+    Scenario(
+        "slime_dialect",
+        "slime's watchdog patch (0.5.14 base, TP4+TP4, L1, no armed line): two NIXL transfers hang; 600 s "
+        "later the decode prints 'Decode transfer timeout for request rank=… rid=… room=… after 600s' and the "
+        "prefill 'Prefill transfer timed out after 600.4s (state=3) for request …' on every rank.",
+        build_slime_dialect,
+        verdict="watchdog_fired",
+        evidence_level="L1",
+        watchdog_timeout_s=600,
+        watchdog_deployed=True,
+        duration_s=SLIME_END,
+        verdict_options={"watchdog_timeout_s": 600},
+        recovery="drained",
+        details=(("watchdog_fired", "firing_state", "KVPoll.Transferring"),),
+        notes="The operator states the 600 s timeout (slime prints no armed line). The rooms enter the "
+        "inflight queue at ~150 s and ~153 s; state=3 is KVPoll.Transferring; both sides release them with 504.",
+    ),
+    Scenario(
+        "frozen_decode_transfer_queue",
+        "Patched build armed at 60 s (0.5.18): two requests' KV is sent (the prefill finishes them) but the "
+        "decode receivers never complete: the prefill inflight floor is 0 while the decode's #transfer-req "
+        "stays 2 for 3.5 minutes as decode keeps serving other requests.",
+        build_frozen_decode_transfer_queue,
+        verdict="inconclusive",
+        evidence_level="L1",
+        watchdog_timeout_s=60,
+        watchdog_deployed=True,
+        reasons_contain=("stuck outside the watchdog's queue",),
+        stuck_elsewhere=True,
+        notes="The rooms enter the decode transfer queue at 120 s and 121.3 s; the prefill's Finish says "
+        "success; the decode never names them again (`in_flight` in the ground truth: neither side ends "
+        "them). The decode transfer queue's floor is 2 from then on: stuck outside the watchdog's queue.",
+    ),
+    Scenario(
+        "rebootstrap_leg",
+        "DeepSeek-V4 on 0.5.23 (no watchdog, L1): the decode's KV pool fills and it retracts two long "
+        "generations; for each it POSTs /generate to the prefill with the same room and its own rid (an access "
+        "line from the decode host). One recompute completes and its request finishes; the other's second "
+        "prefill leg is held in the inflight queue to the window end.",
+        build_rebootstrap_leg,
+        verdict="watchdog_missed",
+        evidence_level="L1",
+        watchdog_timeout_s=60,
+        watchdog_deployed=None,
+        verdict_options={"watchdog_timeout_s": 60},
+        details=(("silent_pin", "legs", 3),),
+        notes="Retractions at 108 s and 162 s (`KV cache pool is full. Retract requests.`); the legs arrive 40 ms "
+        "later as prefill `Receive:` lines whose rid is the decode's. The first room ends on both sides "
+        "(`completed`, three legs); the second room's rebootstrap leg never ends: `silent_pin` with `legs` 3 "
+        "although its first prefill leg finished. The retracted decode request prints nothing more.",
+    ),
+    Scenario(
+        "log_level_change_mid_window",
+        "0.5.23, no watchdog, L1 at first: at 120 s 'Config logging: obj=ConfigureLoggingReq(log_requests=False, "
+        "…)' turns the request log off on both engines; 30 s later three NIXL transfers hang, and only the "
+        "inflight gauge's floor (3, never back to 0) shows them.",
+        build_log_level_change_mid_window,
+        verdict="watchdog_missed",
+        evidence_level="L1",
+        watchdog_timeout_s=60,
+        watchdog_deployed=None,
+        reasons_contain=("the logging changed at run time",),
+        verdict_options={"watchdog_timeout_s": 60},
+        stuck_elsewhere=True,  # their decode receivers wait in the decode transfer queue too
+        notes="Before 120 s every request has Receive:/Finish: lines; after it no line names a request, so the "
+        "three pins (received at ~150-153 s) are anonymous (`anonymous_pins` 3) and the request log can no "
+        "longer narrow the gauge: the floor bound stands, and the reasons name the logging change. Their decode "
+        "receivers wait in the decode transfer queue (`#transfer-req` 3 to the end): `stuck_elsewhere` too.",
+    ),
+]
+SCENARIOS.update({s.name: s for s in _DEPTH})
 
 __all__ = ["SCENARIOS", "Built", "Event", "Scenario"]

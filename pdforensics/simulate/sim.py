@@ -112,7 +112,9 @@ def _inf(x: pl.Expr) -> pl.Expr:
 # ---- phases before the prefill forward -----------------------------------------------------
 
 
-def _pre(df: pl.DataFrame, pprocs: list[Proc], dprocs: list[Proc], k: int) -> pl.DataFrame:
+def _pre(
+    df: pl.DataFrame, pprocs: list[Proc], dprocs: list[Proc], k: int, rebootstrap: dict[str, str]
+) -> pl.DataFrame:
     t = pl.col("t_arr")
     df = df.with_columns(
         p_proc=pl.when(pl.col("to_p")).then(_proc_index(pprocs, t)),
@@ -137,10 +139,11 @@ def _pre(df: pl.DataFrame, pprocs: list[Proc], dprocs: list[Proc], k: int) -> pl
     df = df.with_columns(d_pre=d_pre, p_recv=p_recv).with_columns(
         p_bq=pl.col("p_recv") + pl.when(hc).then(0.0008).otherwise(0.002 + 0.006 * uniform(k + 4))
     )
+    ready = pl.when(hc).then(pl.col("p_bq") + 0.0008)  # fake sender: WaitingForInput at once
+    if rebootstrap:  # a rebootstrap leg reuses its room's bootstrapped sender
+        ready = ready.when(pl.col("prid").is_in(sorted(rebootstrap))).then(pl.col("p_bq") + 0.0008)
     ready = (
-        pl.when(hc)
-        .then(pl.col("p_bq") + 0.0008)  # fake sender: WaitingForInput at once
-        .when(pl.col("to_d") & (pl.col("d_pre") < INF) & (pl.col("abort_t") >= pl.col("d_pre")))
+        ready.when(pl.col("to_d") & (pl.col("d_pre") < INF) & (pl.col("abort_t") >= pl.col("d_pre")))
         .then(pl.max_horizontal("p_bq", "d_pre") + 0.0005)
         .otherwise(INF)  # decode never sent its KV indices: the sender stays Bootstrapping
     )
@@ -270,6 +273,18 @@ def _release(df: pl.DataFrame, eng: EngineCfg, dprocs: list[Proc], w: World) -> 
     )
 
 
+def _bootstrap_timeout(df: pl.DataFrame, eng: EngineCfg) -> pl.DataFrame:
+    """SGLang's own bootstrap timeout (``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT``): a sender still
+    Bootstrapping (the decode never sent its KV indices) fails ``timeout`` after its creation."""
+    if eng.bootstrap_timeout_s is None:
+        return df
+    hit = pl.col("to_p") & ~pl.col("hc") & (pl.col("p_ready") == INF) & (pl.col("p_out") == "none")
+    return df.with_columns(
+        p_out=pl.when(hit).then(pl.lit("boot_timeout")).otherwise(pl.col("p_out")),
+        p_rel=pl.when(hit).then(pl.col("p_bq") + eng.bootstrap_timeout_s).otherwise(pl.col("p_rel")),
+    )
+
+
 def _died(df: pl.DataFrame, pprocs: list[Proc]) -> pl.DataFrame:
     """Requests a prefill process still held when it ended (crash, kill, restart): gone with it.
 
@@ -329,10 +344,11 @@ def simulate_prefill(
         p_inf=pl.when(pl.col("wait_abort")).then(INF).otherwise(pl.col("p_inf")),
     )
     df = _release(df, eng, dprocs, w).sort("row").drop("row")
+    df = _bootstrap_timeout(df, eng)
     df = _died(df, pprocs or [])
     # the Finish line and the access line of the /generate (or /health) call that ends it
     done = pl.col("p_out").is_in(
-        ["ok", "boot_abort", "wait_abort", "inflight_abort", "xfer_fail", "watchdog"]
+        ["ok", "boot_abort", "wait_abort", "inflight_abort", "xfer_fail", "watchdog", "boot_timeout"]
     )
     fin = pl.col("p_rel") + pl.when(pl.col("p_out") == "ok").then(0.0008).otherwise(0.0021)
     fin = pl.when(pl.col("hc")).then(pl.col("p_rel") + 0.0006).otherwise(fin)
@@ -350,7 +366,7 @@ def prefill_gauges(w: World, df: pl.DataFrame, eng: EngineCfg, pprocs: list[Proc
         boot_in = g["p_bq"].sort().to_list()
         boot_out = (
             g.select(
-                pl.when(pl.col("p_out") == "boot_abort")
+                pl.when(pl.col("p_out").is_in(["boot_abort", "boot_timeout"]))
                 .then(pl.col("p_rel"))
                 .when(pl.col("p_out") == "died")
                 .then(pl.min_horizontal("p_ready", "p_rel"))
@@ -412,6 +428,8 @@ def simulate_decode(w: World, df: pl.DataFrame, eng: EngineCfg, dprocs: list[Pro
     t_end = _inf(_by_proc(dprocs, pl.col("d_proc"), "t_end"))
     alive = pl.col("to_d") & ~pl.col("hc503")
     kv = (pl.col("p_out") == "ok") & (pl.col("p_rel") < sigterm)
+    if w.decode_stuck:  # the prefill sent it (Success); the decode receiver never completes
+        kv = kv & ~pl.col("room").is_in(sorted(w.decode_stuck))
     join = (
         pl.when(~alive)
         .then(INF)
@@ -441,6 +459,9 @@ def simulate_decode(w: World, df: pl.DataFrame, eng: EngineCfg, dprocs: list[Pro
         .then(pl.lit("ok"))
         .otherwise(pl.lit("open"))
     )
+    if w.retracted:  # retracted while decoding, its rebootstrap KV never comes: open from then on
+        t_r = pl.col("room").replace_strict(w.retracted, default=None, return_dtype=pl.Float64)
+        out = pl.when(t_r.is_not_null() & (t_r < pl.col("d_fin"))).then(pl.lit("retracted")).otherwise(out)
     df = df.with_columns(d_out=out).with_columns(
         d_end=pl.when(pl.col("d_out") == "lost")
         .then(t_end)
@@ -448,8 +469,10 @@ def simulate_decode(w: World, df: pl.DataFrame, eng: EngineCfg, dprocs: list[Pro
         .then(pl.col("d_recv") + 0.001)
         .when(pl.col("d_out") == "ok")
         .then(pl.col("d_fin"))
+        .when(pl.col("d_out") == "retracted")  # its decode run ends there (gauges); no Finish
+        .then(pl.col("room").replace_strict(w.retracted, default=INF, return_dtype=pl.Float64))
         .otherwise(INF),
-        d_fin=pl.when(pl.col("d_out") == "lost").then(INF).otherwise(pl.col("d_fin")),
+        d_fin=pl.when(pl.col("d_out").is_in(["lost", "retracted"])).then(INF).otherwise(pl.col("d_fin")),
     )
     acc = (
         pl.when(pl.col("hc503"))
@@ -516,7 +539,7 @@ def _decode_group_gauges(
                 body = L.decode_stats(
                     eng,
                     running=running,
-                    tokens=int(running * ctx),
+                    tokens=min(int(running * ctx), int(eng.max_total_tokens * 0.985)),  # a full pool
                     prealloc=bisect_right(pre_in, t) - bisect_right(pre_out, t),
                     transfer=bisect_right(xfer_in, t) - bisect_right(xfer_out, t),
                     queue=0,
@@ -548,7 +571,9 @@ def incident_lines(
     rows = df.with_row_index("row").filter(
         ~pl.col("hc")
         & (
-            pl.col("p_out").is_in(["boot_abort", "wait_abort", "inflight_abort", "xfer_fail", "watchdog"])
+            pl.col("p_out").is_in(
+                ["boot_abort", "wait_abort", "inflight_abort", "xfer_fail", "watchdog", "boot_timeout"]
+            )
             | (pl.col("abort_t") < INF)
         )
     )
@@ -637,9 +662,13 @@ def _prefill_incident(w: World, eng: EngineCfg, r: dict, stream: int) -> str | N
             one_rank=eng.version >= V0_5_14,
         )
         return L.abort_finish_reason(L.prefill_failed("transfer", lead, rid, room, why))
-    if out == "watchdog":
-        timeout = eng.watchdog_s or 0
-        dwell = r["p_rel"] - r["p_inf"]
+    if out == "boot_timeout":
+        timeout = eng.bootstrap_timeout_s or 0.0
+        why = f"Request {room} timed out after {timeout:.1f}s in KVPoll.Bootstrapping"
+        if not w.hinted:  # once per scheduler process (warning_once): every rank of the group
+            w.hinted = True
+            for k, rank in enumerate(eng.group_ranks(dp)):
+                w.emit(r["p_rel"] - 0.0005 + 0.00023 * k, stream, L.BOOTSTRAP_TIMEOUT_HINT, eng.ranks(rank))
         _group_lines(
             w,
             eng,
@@ -647,10 +676,39 @@ def _prefill_incident(w: World, eng: EngineCfg, r: dict, stream: int) -> str | N
             room,
             r["p_rel"],
             stream,
-            lambda k: L.watchdog_fired(rid, room, timeout, STATE, dwell),
+            lambda k: L.prefill_failed("bootstrap", k, rid, room, why),
             one_rank=False,
         )
-        why = L.watchdog_reason(timeout, STATE)
+        return L.abort_finish_reason(L.prefill_failed("bootstrap", lead, rid, room, why))
+    if out == "watchdog" and eng.watchdog_dialect == "slime":
+        dwell = r["p_rel"] - r["p_inf"]
+        code = L.KVPOLL_CODE[w.fire_states.get(room, STATE)]
+        _group_lines(
+            w,
+            eng,
+            dp,
+            room,
+            r["p_rel"],
+            stream,
+            lambda k: L.slime_prefill_timeout(dwell, code, k, rid, room),
+            one_rank=False,
+        )
+        return L.abort_finish_reason(L.slime_prefill_timeout(dwell, code, lead, rid, room), 504)
+    if out == "watchdog":
+        timeout = eng.watchdog_s or 0
+        dwell = r["p_rel"] - r["p_inf"]
+        state = w.fire_states.get(room, STATE)
+        _group_lines(
+            w,
+            eng,
+            dp,
+            room,
+            r["p_rel"],
+            stream,
+            lambda k: L.watchdog_fired(rid, room, timeout, state, dwell),
+            one_rank=False,
+        )
+        why = L.watchdog_reason(timeout, state)
         _group_lines(
             w,
             eng,
@@ -708,6 +766,35 @@ def _decode_incident(w: World, eng: EngineCfg, r: dict, p: Proc) -> tuple | None
             one_rank=eng.version >= V0_5_14,
         )
         return "xfer_fail", t, L.abort_finish_reason(L.decode_failed("transfer", lead, rid, room, why))
+    if r["p_out"] != "watchdog" or r["d_join"] < INF or r["d_pre"] == INF:
+        return None
+    if eng.watchdog_dialect == "slime" and eng.watchdog_s and not eng.watchdog_broken:
+        # slime's decode-side timeout on the transfer queue, then kv_receiver.abort()
+        t = r["d_pre"] + eng.watchdog_s + 0.35
+        if t >= p.t_end:
+            return None
+        timeout = eng.watchdog_s
+
+        def body(k: int) -> str:
+            return L.slime_decode_timeout(k, rid, room, timeout)
+
+        _group_lines(w, eng, dp, room, t, p.stream, body, one_rank=False)
+        return "d_watchdog", t + 0.002, L.abort_finish_reason(body(lead), 504)
+    if eng.hears_prefill_failure and r["p_rel"] < p.t_end:
+        # the prefill's watchdog failed the room; the decode receiver learns it as a failure
+        t = r["p_rel"] + 0.05
+        why = "Failed to get kvcache from prefill instance, it might be dead"
+        _group_lines(
+            w,
+            eng,
+            dp,
+            room,
+            t,
+            p.stream,
+            lambda k: L.decode_failed("transfer", k, rid, room, why),
+            one_rank=eng.version >= V0_5_14,
+        )
+        return "xfer_fail", t, L.abort_finish_reason(L.decode_failed("transfer", lead, rid, room, why))
     return None
 
 
@@ -744,7 +831,7 @@ def _write_back(w: World, df: pl.DataFrame) -> None:
 def run(w: World, pre: EngineCfg, dec: EngineCfg, pprocs: list[Proc], dprocs: list[Proc], end: float) -> None:
     """Simulate every request (bulk traffic + ``w.reqs``) through both engines into ``w.table``."""
     df = pl.concat([w.bulk_frame(), specials_frame(w)]) if w.bulk else specials_frame(w)
-    df = _pre(df, pprocs, dprocs, w.key)
+    df = _pre(df, pprocs, dprocs, w.key, w.rebootstrap)
     df = simulate_prefill(w, df, pre, dprocs, end, pprocs)
     prefill_gauges(w, df, pre, pprocs, end)
     df = simulate_decode(w, df, dec, dprocs)
