@@ -502,9 +502,11 @@ logging_changes AS MATERIALIZED (
 -- ---------------------------------------------------------------- the other queues, per rank
 -- Pins happen outside the prefill inflight queue too: a decode transfer or prealloc queue, the
 -- bootstrap queue of one PP/DP rank, the prefill waiting queue. Each queue of each logging rank is
--- a stream of gauge samples; a queue frozen at the same non-zero value for longer than timeout +
--- grace (at least 3 samples) is something stuck that the inflight watchdog does not cover. Frozen,
--- not merely non-zero: a saturated queue moves.
+-- a stream of gauge samples. A stretch that never drops to zero for longer than timeout + grace
+-- (at least 3 samples) and keeps returning to its lowest value (at least half its samples sit
+-- there) has that lowest value frozen: something stuck the inflight watchdog does not cover, even
+-- while other requests pass through above it. A saturated queue that moves (its lowest value
+-- only now and then) is not frozen.
 queue_samples AS (
     SELECT coalesce(e.host, '') AS host, e.engine, coalesce(e.dp_rank, -1) AS dp_rank, coalesce(e.tp_rank, -1) AS tp_rank,
         e.line_id, e.ts_us - coalesce(o.offset_us, 0) AS t_us, q.queue, q.value
@@ -529,23 +531,30 @@ queue_samples AS (
     WHERE e.event = 'decode_stats' AND e.engine = 'decode'
 ),
 queue_islands AS (
-    -- a run of equal values per stream: islands numbered by the changes before them
-    SELECT *, sum(chg) OVER (PARTITION BY host, engine, queue, dp_rank, tp_rank ORDER BY t_us, line_id
-                             ROWS UNBOUNDED PRECEDING) AS island
-    FROM (
-        SELECT *, CASE WHEN value IS DISTINCT FROM lag(value) OVER (
-                PARTITION BY host, engine, queue, dp_rank, tp_rank ORDER BY t_us, line_id) THEN 1 ELSE 0 END AS chg
-        FROM queue_samples WHERE value IS NOT NULL
-    )
+    -- a stretch of non-zero samples per stream: islands numbered by the zeros before them
+    SELECT *, sum(CASE WHEN value = 0 THEN 1 ELSE 0 END) OVER (
+            PARTITION BY host, engine, queue, dp_rank, tp_rank ORDER BY t_us, line_id ROWS UNBOUNDED PRECEDING) AS island
+    FROM queue_samples WHERE value IS NOT NULL
 ),
 frozen AS MATERIALIZED (
     SELECT x.host, x.engine, x.queue, x.dp_rank, x.tp_rank, x.value, x.from_t, x.to_t, x.samples
     FROM (
-        SELECT host, engine, queue, dp_rank, tp_rank, island, any_value(value) AS value,
+        SELECT host, engine, queue, dp_rank, tp_rank, island, min(value) AS value,
             min(t_us) AS from_t, max(t_us) AS to_t, count(*) AS samples
-        FROM queue_islands GROUP BY ALL
-    ) AS x, s
-    WHERE x.value > 0 AND x.samples >= 3 AND x.to_t - x.from_t > s.stuck_us AND x.to_t >= s.start_t
+        FROM queue_islands WHERE value > 0 GROUP BY ALL
+    ) AS x
+    JOIN (
+        -- how many samples of the stretch sit at its lowest value
+        SELECT q.host, q.engine, q.queue, q.dp_rank, q.tp_rank, q.island, count(*) AS at_floor
+        FROM queue_islands AS q
+        JOIN (SELECT host, engine, queue, dp_rank, tp_rank, island, min(value) AS lo
+              FROM queue_islands WHERE value > 0 GROUP BY ALL) AS m
+          USING (host, engine, queue, dp_rank, tp_rank, island)
+        WHERE q.value = m.lo
+        GROUP BY ALL
+    ) AS f USING (host, engine, queue, dp_rank, tp_rank, island)
+    CROSS JOIN s
+    WHERE x.samples >= 3 AND x.to_t - x.from_t > s.stuck_us AND x.to_t >= s.start_t AND f.at_floor * 2 >= x.samples
 ),
 
 -- ------------------------------------------------------------------------ what was logged
@@ -736,6 +745,16 @@ prefill_evidence AS MATERIALIZED (
     -- what the prefill side last showed, per host
     SELECT host, max(hi_t) AS last_t FROM queue_seen GROUP BY 1
 ),
+decode_evidence AS MATERIALIZED (
+    -- what each decode last showed of its queues: a batch line or a request line
+    SELECT e.host, max(e.hi_us) - any_value(coalesce(o.offset_us, 0)) AS last_t
+    FROM event_secs AS e
+    LEFT JOIN offsets AS o ON o.host = e.host
+    WHERE e.engine = 'decode'
+      AND e.event IN ('decode_stats', 'request_received', 'request_finished', 'req_time_stats',
+                      'decode_handshake_failed', 'decode_transfer_failed', 'decode_watchdog_fired')
+    GROUP BY e.host
+),
 -- What each engine's stats lines showed of its queues: `observed` in the verdict's JSON.
 stat_samples AS (
     SELECT coalesce(e.host, '') AS host, e.engine, e.ts_us - coalesce(o.offset_us, 0) AS t_us,
@@ -833,6 +852,7 @@ SELECT
     (SELECT list(t) FROM tp_ranks AS t) AS prefill_tp_ranks,
     (SELECT max(last_t) FROM prefill_evidence) AS prefill_evidence_until_t,
     coalesce((SELECT list(x ORDER BY x.host) FROM prefill_evidence AS x), []) AS prefill_evidence,
+    coalesce((SELECT list(x ORDER BY x.host) FROM decode_evidence AS x), []) AS decode_evidence,
     EXISTS (SELECT 1 FROM seconds WHERE engine = 'decode') AS decode_logged,
     coalesce(
         (SELECT max(evidence_level) FROM coverage_by_engine WHERE engine = 'prefill'),

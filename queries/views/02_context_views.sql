@@ -3,7 +3,7 @@
 CREATE OR REPLACE VIEW settings AS
 SELECT * EXCLUDE (host_offsets, incarnations, engine_restarts, host_gauge, holes, engine_coverage, prefill_hosts,
                   abort_rooms, prefill_tp_ranks, observed, prefill_evidence, frozen_queues,
-                  logging_changes)
+                  logging_changes, decode_evidence)
 FROM context;
 
 CREATE OR REPLACE VIEW watchdog AS

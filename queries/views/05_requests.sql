@@ -134,7 +134,10 @@ timed AS MATERIALIZED (
             ELSE d.first_drain_t
         END AS pin_start,
         least(c.end_t, g.gone_t) AS obs_end,
-        c.stuck_us, c.timeout_us
+        c.stuck_us, c.timeout_us,
+        -- no line and no operator says the timeout (the 300 s default): any moment of its hold may
+        -- have been its deadline
+        c.timeout_source = 'default' AS timeout_unknown
     FROM held_by_prefill AS h
     CROSS JOIN c
     LEFT JOIN drain AS d USING (bootstrap_room)
@@ -150,7 +153,7 @@ hidden_by AS (
     --   hole_to_t:     the last such hole over [pin_start, deadline]: a normal end may be in it,
     --                  unless a gauge sample a full timeout + grace later still shows the queue
     SELECT t.bootstrap_room, max(x.to_t) AS hole_to_t, list_sort(list(DISTINCT x.hole_id)) AS hole_ids,
-        bool_or(x.to_t >= t.pin_start + t.timeout_us - 1000000) AS over_deadline
+        bool_or(x.to_t >= t.pin_start + CASE WHEN t.timeout_unknown THEN 0 ELSE t.timeout_us - 1000000 END) AS over_deadline
     FROM timed AS t
     JOIN holes AS x
       -- lost lines (suppression, parse failures, silence while traffic flowed), or a silence of

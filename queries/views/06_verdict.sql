@@ -20,7 +20,7 @@ rq AS MATERIALIZED (
         hole_ids, dwell_s, dwell_basis, abort_race, across_restart, aborted_t, abort_race_outcome, undecided_reason,
         watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t,
         prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks, d_host, legs,
-        decode_end_t
+        decode_end_t, decode_received_t
     FROM requests
 ),
 -- holes of the context before the window count only where they bear on a request judged in it
@@ -418,19 +418,25 @@ recovery AS (
     FROM recovery_rows
 ),
 -- ------------------------------------------------------------------ stuck outside the watchdog
--- A frozen queue (context: the same non-zero value past timeout + grace) the requests already
--- judged stuck do not account for: the decode still holds a request the prefill's watchdog
--- released (NIXL does not tell the decode) or that is a silent pin already. What is left over is
--- stuck where the inflight watchdog cannot see it.
+-- A frozen queue (context: a floor frozen past timeout + grace) the requests the lines name do not
+-- account for: a request held on that side through the whole stretch and judged by its own lines
+-- (a silent pin, a watchdog firing the decode was never told of on NIXL, SGLang's own bootstrap
+-- timeout that ended it, even a slow completion) explains one; what is left over, or held by
+-- requests still open at the window end with nothing else said, is stuck where the inflight
+-- watchdog cannot see it.
 frozen_rows AS MATERIALIZED (
     SELECT f.*, coalesce(x.n, 0) AS explained
     FROM (SELECT unnest(frozen_queues, recursive := true) FROM c) AS f
     LEFT JOIN LATERAL (
         SELECT count(*) AS n FROM rq AS r
-        WHERE r.class IN ('watchdog_fired', 'silent_pin', 'undecided') AND r.first_t <= f.to_t
+        WHERE r.class <> 'in_flight'
           AND CASE WHEN f.engine = 'decode'
-                   THEN coalesce(r.d_host, f.host) = f.host AND coalesce(r.decode_end_t >= f.from_t, true)
-                   ELSE r.p_host = f.host AND coalesce(r.prefill_end_t >= f.from_t, true) END
+                   THEN coalesce(r.d_host, f.host) = f.host
+                        AND coalesce(r.decode_received_t, r.first_t) <= f.from_t + 1000000
+                        AND coalesce(r.decode_end_t >= f.to_t - 1000000, true)
+                   ELSE r.p_host = f.host
+                        AND coalesce(r.prefill_received_t, r.first_t) <= f.from_t + 1000000
+                        AND coalesce(r.prefill_end_t >= f.to_t - 1000000, true) END
     ) AS x ON true
 ),
 stuck_rows AS MATERIALIZED (
@@ -580,6 +586,16 @@ reasons AS MATERIALIZED (
             string_agg(CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ' ORDER BY host))
     FROM unobserved HAVING count(*) > 0
     UNION ALL
+    SELECT 37, 'undecided',
+        format('the decode on {} showed nothing of its queues for {:.0f} s to the window end while it held {} request(s) ({}): whether they stayed stuck there is not observed; collect its lines to the window end',
+            CASE WHEN d.host = '' THEN '?' ELSE d.host END, (c.end_t - d.last_t) / 1e6, count(*),
+            array_to_string(list(r.room ORDER BY r.first_t)[1:5], ', '))
+    FROM (SELECT unnest(decode_evidence, recursive := true) FROM c) AS d
+    CROSS JOIN c
+    JOIN rq AS r ON r.holder_at_end = 'decode' AND coalesce(r.d_host, d.host) = d.host
+    WHERE c.end_t - d.last_t > c.stuck_us
+    GROUP BY d.host, d.last_t, c.end_t
+    UNION ALL
     SELECT 36, 'undecided',
         format('{} on {} died at {} and was not seen again: what it held is lost, and nothing after is observed (collect its journal after the crash, or widen --until past its restart)',
             engine, CASE WHEN host = '' THEN '?' ELSE host END, pdf_ts(stop_t))
@@ -616,6 +632,14 @@ reasons AS MATERIALIZED (
             coalesce(base_floor::VARCHAR, '?'),
             CASE WHEN drained_t IS NOT NULL THEN ', back by ' || pdf_ts(drained_t) ELSE '' END)
     FROM storm_rows
+    UNION ALL
+    SELECT 44, 'evidence',
+        format('{} of {} lines of {}{} have no timestamp I know ({} without a recognised prefix): check the format, or pass --tz/--date',
+            no_time, lines, coalesce(unit, source), CASE WHEN coalesce(host, '') = '' THEN '' ELSE ' on ' || host END,
+            no_prefix)
+    FROM (SELECT source, host, unit, sum(lines) AS lines, sum(no_time) AS no_time, sum(no_prefix) AS no_prefix
+          FROM source_stats GROUP BY ALL)
+    WHERE lines >= 10 AND no_time * 2 > lines
     UNION ALL
     SELECT 45, 'evidence',
         format('the logging changed at run time on {} ({}): the evidence level is not the same through the window, and requests the request log did not name show only in the gauge',
@@ -657,7 +681,7 @@ flags AS (
         (SELECT count(*) FROM coverage WHERE decisive) AS decisive_holes,
         -- undecided requests, and what leaves the window unobserved
         -- a queue the watchdog does not watch, frozen: something is stuck, but not the watchdog's to release
-        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (13, 31, 33, 34, 36)) AS undecided_facts
+        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (13, 31, 33, 34, 36, 37)) AS undecided_facts
     FROM counts
 ),
 vd AS MATERIALIZED (
