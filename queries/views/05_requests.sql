@@ -64,7 +64,20 @@ gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
 prefill_hosts AS MATERIALIZED (SELECT unnest(prefill_hosts) AS host FROM c),
 ig AS MATERIALIZED (SELECT host, t_us, queue_req FROM inflight_gauge),
 -- every request, computed once (room_facts is the heavy step: one aggregate over the room lines)
-rs AS MATERIALIZED (SELECT * FROM room_state),
+-- A request the decode received and did not complete, that no prefill line names although a
+-- prefill logs its requests (L1): its prefill lines are missing, so the prefill may hold it unseen.
+prefill_logs AS MATERIALIZED (
+    SELECT coalesce(max(evidence_level) >= 'L1', false) AS l1
+    FROM (SELECT unnest(engine_coverage, recursive := true) FROM c) WHERE engine = 'prefill'
+),
+rs AS MATERIALIZED (
+    SELECT r.* REPLACE (
+        r.prefill_may_hold OR (r.p_first IS NULL AND r.d_recv IS NOT NULL AND NOT r.d_completed AND l.l1)
+            AS prefill_may_hold,
+        coalesce(r.open_start, CASE WHEN r.p_first IS NULL AND NOT r.d_completed AND l.l1 THEN r.d_recv END)
+            AS open_start)
+    FROM room_state AS r, prefill_logs AS l
+),
 
 -- Requests the prefill may still hold, judged against the timeout.
 --   pin_start: from when it was surely past the prefill's waiting queue and still held:

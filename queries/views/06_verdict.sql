@@ -586,15 +586,23 @@ reasons AS MATERIALIZED (
             string_agg(CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ' ORDER BY host))
     FROM unobserved HAVING count(*) > 0
     UNION ALL
+    SELECT 38, 'undecided',
+        format('the watchdog''s timeout is not known (no armed line, no firing line, no --watchdog-timeout): judged against the {} s default, {} request(s) held more than 30 s at the window end ({}) cannot be called healthy; pass --watchdog-timeout',
+            any_value(c.timeout_s), count(*), array_to_string(list(r.room ORDER BY r.first_t)[1:5], ', '))
+    FROM rq AS r, c
+    WHERE c.timeout_source = 'default' AND r.holder_at_end IS NOT NULL AND r.last_t - coalesce(r.prefill_received_t, r.first_t) > 30000000
+    HAVING count(*) > 0
+    UNION ALL
     SELECT 37, 'undecided',
         format('the decode on {} showed nothing of its queues for {:.0f} s to the window end while it held {} request(s) ({}): whether they stayed stuck there is not observed; collect its lines to the window end',
-            CASE WHEN d.host = '' THEN '?' ELSE d.host END, (c.end_t - d.last_t) / 1e6, count(*),
+            CASE WHEN h.host = '' THEN '?' ELSE h.host END, (c.end_t - coalesce(d.last_t, c.start_t)) / 1e6, count(*),
             array_to_string(list(r.room ORDER BY r.first_t)[1:5], ', '))
-    FROM (SELECT unnest(decode_evidence, recursive := true) FROM c) AS d
+    FROM (SELECT DISTINCT host FROM engines WHERE engine = 'decode') AS h
+    LEFT JOIN (SELECT unnest(decode_evidence, recursive := true) FROM c) AS d USING (host)
     CROSS JOIN c
-    JOIN rq AS r ON r.holder_at_end = 'decode' AND coalesce(r.d_host, d.host) = d.host
-    WHERE c.end_t - d.last_t > c.stuck_us
-    GROUP BY d.host, d.last_t, c.end_t
+    JOIN rq AS r ON r.holder_at_end = 'decode' AND coalesce(r.d_host, h.host) = h.host
+    WHERE c.end_t - coalesce(d.last_t, c.start_t) > c.stuck_us
+    GROUP BY h.host, d.last_t, c.end_t, c.start_t
     UNION ALL
     SELECT 36, 'undecided',
         format('{} on {} died at {} and was not seen again: what it held is lost, and nothing after is observed (collect its journal after the crash, or widen --until past its restart)',
@@ -681,7 +689,7 @@ flags AS (
         (SELECT count(*) FROM coverage WHERE decisive) AS decisive_holes,
         -- undecided requests, and what leaves the window unobserved
         -- a queue the watchdog does not watch, frozen: something is stuck, but not the watchdog's to release
-        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (13, 31, 33, 34, 36, 37)) AS undecided_facts
+        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (13, 31, 33, 34, 36, 37, 38)) AS undecided_facts
     FROM counts
 ),
 vd AS MATERIALIZED (
