@@ -240,7 +240,11 @@ def ingest(
     ] = None,
     prefixes: Annotated[
         list[Path] | None,
-        typer.Option("--prefixes", metavar="FILE", help="Extra line prefix forms (TOML), repeatable."),
+        typer.Option(
+            "--prefixes",
+            metavar="FILE",
+            help="Extra line prefix forms (TOML), repeatable. [default: the bundled forms]",
+        ),
     ] = None,
 ) -> None:
     """Read the journal and/or log files into the database, then print the one-line verdict."""

@@ -92,6 +92,8 @@ def _expected(name: str, form: str) -> dict:
         exp["verdict"] = "watchdog_missed"
         exp["reasons_contain"] = ["silent_pin"]
         for r in exp["requests"]:
+            if r["class"] == "undecided":  # no hole in the files: their end is known not to be there
+                r["class"] = "silent_pin"
             if r["prefill_rid"] is None:
                 r["one_sided"] = False
                 r["prefill_rid"] = "*"
@@ -210,9 +212,10 @@ def test_real_logs_give_sensible_requests(real_logs_dir: Path, tmp_path: Path) -
     db = tmp_path / "real.duckdb"
     con = store.open_db(db)
     try:
-        for f in sorted(real_logs_dir.glob("*.log")):
-            src = open_file_source(f, host=f.name[:2])
-            ingest(db, [src], Selection(window=Window(), units=("*",)), load_catalog([]), tz="UTC", con=con)
+        # one run: excerpts of unrelated incidents on different days, judged together (run by run, the
+        # default window would be the last one's)
+        sources = [open_file_source(f, host=f.name[:2]) for f in sorted(real_logs_dir.glob("*.log"))]
+        ingest(db, sources, Selection(window=Window(), units=("*",)), load_catalog([]), tz="UTC", con=con)
         v = verdict.compute_verdict(con, verdict.VerdictOptions())
     finally:
         con.close()
@@ -221,7 +224,6 @@ def test_real_logs_give_sensible_requests(real_logs_dir: Path, tmp_path: Path) -
     aborted = {"3567418963971016156", "7561186998443553199", "806626514800541158"}
     failed = {
         "5975098084415727586",  # timed out after 300.0s in KVPoll.Bootstrapping (05)
-        "8360203925601259718", "4699239566385471430",  # timed out after 600.0s in WaitingForInput (07)
         "7565920894338751174",  # Decode handshake failed (08)
         "6721395813317762539",  # Failed to send kv chunk (09)
         "1788380104266545413",  # Unexpected transfer worker error (15)
@@ -233,6 +235,11 @@ def test_real_logs_give_sensible_requests(real_logs_dir: Path, tmp_path: Path) -
     # prefill still holds it: undecided, not aborted
     assert by_room["4793981895866140836"]["abort_race"] and classes["4793981895866140836"] == "undecided"
     assert not by_room["7561186998443553199"]["abort_race"]  # hit the bootstrap queue
+    # SGLang's own waiting timeout on the decode (07): the decode gave up after it had sent its
+    # metadata, and no prefill line says whether the prefill still holds the KV transfer
+    for room in ("8360203925601259718", "4699239566385471430"):
+        assert classes[room] == "undecided"
+        assert by_room[room]["reason"].startswith("upstream_timeout (waiting_timeout): ")
     # the decode-only rooms cannot say whether a prefill still holds them: never nothing_stuck
     assert v.verdict == "inconclusive" and v.counts["undecided"] >= 1
 

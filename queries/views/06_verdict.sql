@@ -669,7 +669,7 @@ reasons AS MATERIALIZED (
         format('{} requests: {} completed, {} in flight, {} undecided, {} silent pin(s), {} released by the watchdog, {} aborted ({} abort races), {} retracted, {} transfer failed, {} lost',
             requests, completed, in_flight, undecided, silent_pin, watchdog_fired, aborted, abort_races, retracted,
             transfer_failed, lost)
-    FROM counts
+    FROM counts WHERE requests > 0  -- counts of nothing are no finding
 ),
 -- The watchdog's firings (the `watchdog_firings` view): every rank should fire in the same second
 -- (the patch checks the deadline before the all-reduce); late: the dwell exceeds the timeout by
