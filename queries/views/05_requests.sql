@@ -180,6 +180,8 @@ hidden_by AS (
 po AS MATERIALIZED (
     SELECT t.bootstrap_room, t.host AS p_host_eff, t.pin_start, t.pin_start + t.stuck_us AS deadline, t.obs_end,
         t.gone_t AS p_gone_t, hb.hole_ids,
+        -- a request the prefill still holds is seen held up to the prefill's last sign of life
+        pev.last_t AS seen_until,
         CASE
             -- no prefill line in the window, or several prefill hosts and no line says which holds it
             WHEN t.n_prefill_hosts = 0 OR t.host IS NULL THEN 'no_prefill'
@@ -198,6 +200,7 @@ po AS MATERIALIZED (
         END AS status
     FROM timed AS t
     LEFT JOIN hidden_by AS hb USING (bootstrap_room)
+    LEFT JOIN (SELECT unnest(prefill_evidence, recursive := true) FROM c) AS pev ON pev.host = t.host
 ),
 decode_gone AS MATERIALIZED (
     -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
@@ -210,11 +213,8 @@ decode_gone AS MATERIALIZED (
 ),
 -- Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined
 -- (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row.
-pev AS MATERIALIZED (SELECT unnest(prefill_evidence, recursive := true) FROM c),
 held AS NOT MATERIALIZED (
-    SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids,
-        -- a request the prefill still holds is seen held up to the prefill's last sign of life
-        CASE WHEN b.prefill_may_hold THEN (SELECT max(last_t) FROM pev WHERE pev.host = o.p_host_eff) END AS seen_until,
+    SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids, o.seen_until,
         CASE
             WHEN b.prefill_may_hold AND o.status NOT IN ('gone', 'released') THEN 'prefill'
             WHEN NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
