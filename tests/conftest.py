@@ -38,3 +38,13 @@ def make_journal(tmp_path: Path):
 
 def have_journalctl() -> bool:
     return shutil.which("journalctl") is not None
+
+
+@pytest.fixture
+def log(tmp_path: Path):
+    """A hand-built database (tests/verdict_helpers.py) for the classification and verdict tests."""
+    from tests.verdict_helpers import Log
+
+    db = Log(tmp_path / "hand.duckdb")
+    yield db
+    db.close()

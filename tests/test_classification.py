@@ -20,13 +20,6 @@ PREFILL_2 = {**PREFILL, "pid": 1200, "invocation_id": "inv-p2"}
 INIT_DECODE = {**DECODE, "pid": 1, "invocation_id": None, "syslog_identifier": "systemd"}
 
 
-@pytest.fixture
-def log(tmp_path: Path):
-    db = Log(tmp_path / "hand.duckdb")
-    yield db
-    db.close()
-
-
 def traffic(log: Log, start: float, end: float, every: float = 20.0, first: int = 1000,
             p: dict = PREFILL, d: dict = DECODE) -> None:  # fmt: skip
     """Healthy requests and their batches (the floor back to 0) from `start` to `end`."""

@@ -7,18 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from pdforensics.render import check_code
 from tests.test_classification import traffic
 from tests.verdict_helpers import DECODE, PREFILL, Log, room
-
-
-@pytest.fixture
-def log(tmp_path: Path):
-    db = Log(tmp_path / "hand.duckdb")
-    yield db
-    db.close()
 
 
 def fired(log: Log, r: int, at: float, dwell: float = 60.4) -> None:

@@ -9,21 +9,12 @@ Timeout 60 s, grace 10 s unless stated.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.test_classification import pinned_request, suppress, traffic
 from tests.verdict_helpers import DECODE, PREFILL, T0, Log, S, room
 
 INIT_PREFILL = {**PREFILL, "pid": 1, "invocation_id": None, "syslog_identifier": "systemd"}
-
-
-@pytest.fixture
-def log(tmp_path: Path):
-    db = Log(tmp_path / "hand.duckdb")
-    yield db
-    db.close()
 
 
 def classes_add_up(v) -> None:
