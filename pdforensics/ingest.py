@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,14 +253,11 @@ def _ingest(
     try:
         for src in sources:
             _plan_resume(con, src, selection)
-        with store.memory_limit(con, INGEST_MEMORY_LIMIT):
-            # Sources read ahead on their own thread; parsing here overlaps with it.
-            for batch in _batches(sources, selection, batch_size):
-                next_id = _store_one(
-                    con, ingest_id, batch, selection.window, opts, carry, next_id, summary, context
-                )
-                if progress:
-                    progress(batch.records.height + batch.skipped + batch.rejects.height)
+        with store.bulk_load(con, INGEST_MEMORY_LIMIT):
+            batches = _batches(sources, selection, batch_size)
+            _pipeline(
+                con, ingest_id, batches, selection.window, opts, carry, next_id, summary, context, progress
+            )
         status = "complete"
     finally:
         summary.readers = sorted({s.reader for s in sources})
@@ -307,18 +305,95 @@ class _Context:
     stats_parts: list[pl.DataFrame] = field(default_factory=list)  # each batch's parse.STATS_SCHEMA
 
 
-def _store_one(
+def _pipeline(
     con: duckdb.DuckDBPyConnection,
     ingest_id: int,
-    batch: RecordBatch,
+    batches: Iterator[RecordBatch],
     window: Window,
     opts: ParseOptions,
     carry: StreamCarry,
     next_id: int,
     summary: IngestSummary,
-    context: _Context | None = None,
-) -> int:
-    context = context if context is not None else _Context()
+    context: _Context,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Parse batch N+1 on a worker thread while batch N is stored (both cores busy).
+
+    Sources read ahead on their own thread too. DuckDB's insert of one batch runs on one core and
+    polars releases the GIL, so the parse of the next batch costs no wall time while it fits in the
+    store's. Batches are stored in order, one transaction each, on this thread."""
+    reader = con.cursor()  # its own connection: sees the committed batches, not the one being written
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdforensics-parse")
+    first_id = [next_id]  # only the worker reads and advances it: batches parse in order
+
+    def prepare(batch: RecordBatch) -> _Prepared:
+        prep = _prepare(reader, batch, window, opts, carry, first_id[0], context)
+        first_id[0] += prep.parsed_records
+        return prep
+
+    pending: Future[_Prepared] | None = None
+    remap: dict[int, int] = {}
+
+    def _flush() -> None:
+        """A source failed (or Ctrl-C) while the batch before was parsed: store that one first,
+        as the run would have without the pipeline."""
+        nonlocal pending
+        if pending is not None:
+            done, pending = pending, None
+            _commit(con, ingest_id, done.result(), summary, context, remap, progress)
+
+    try:
+        for batch in _keeping(batches, lambda: _flush()):
+            ahead = pool.submit(prepare, batch)
+            if pending is not None:
+                _commit(con, ingest_id, pending.result(), summary, context, remap, progress)
+            pending = ahead
+        if pending is not None:
+            _commit(con, ingest_id, pending.result(), summary, context, remap, progress)
+            pending = None
+    finally:
+        if pending is not None:
+            pending.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+        reader.close()
+
+
+def _keeping(batches: Iterator[RecordBatch], before_failing: Callable[[], None]) -> Iterator[RecordBatch]:
+    """The batches; when reading one fails, `before_failing` runs before the error goes on."""
+    it = iter(batches)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except BaseException:
+            before_failing()
+            raise
+        yield batch
+
+
+@dataclass
+class _Prepared:
+    """A batch parsed and ready to store (what _commit needs)."""
+
+    batch: RecordBatch
+    parsed: Parsed
+    fresh: int  # records not stored before this run's previous batch
+    outside: int  # lines dropped as outside the window
+    parsed_records: int  # records parsed (context included): the line_ids they took
+
+
+def _prepare(
+    con: duckdb.DuckDBPyConnection,
+    batch: RecordBatch,
+    window: Window,
+    opts: ParseOptions,
+    carry: StreamCarry,
+    next_id: int,
+    context: _Context,
+) -> _Prepared:
+    """Drop what the database already holds (as of the batches committed so far) and parse the rest;
+    line_ids from `next_id` on."""
     # One entry twice in the input (overlapping exports concatenated) is one line, stored once.
     records = batch.records.unique(_KEY, keep="first", maintain_order=True)
     known = store.known_lines(con, records)
@@ -340,6 +415,21 @@ def _store_one(
             carry.last_head.clear()
         parsed = parse_records(todo, opts, line_id_base=next_id, carry=carry)
     parsed, outside = _inside_window(parsed, window)
+    return _Prepared(batch, parsed, fresh, outside, todo.height)
+
+
+def _commit(
+    con: duckdb.DuckDBPyConnection,
+    ingest_id: int,
+    prep: _Prepared,
+    summary: IngestSummary,
+    context: _Context,
+    remap: dict[int, int],
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Store one prepared batch in its own transaction and add its counts to the run's."""
+    batch, parsed = prep.batch, prep.parsed
+    parsed, late = _drop_stored_meanwhile(con, parsed, remap)
     if parsed.lines.height:  # the stats of what is stored (context and out-of-window lines dropped)
         same = parsed.lines.height == parsed.stats["lines"].sum()
         context.stats_parts.append(parsed.stats if same else kept_stats(parsed))
@@ -347,8 +437,8 @@ def _store_one(
     counts = {
         "records": batch.records.height + unread,
         "stored": parsed.lines.height,
-        "duplicates": batch.records.height - fresh + unread,
-        "skipped": batch.skipped + outside,
+        "duplicates": batch.records.height - prep.fresh + late + unread,
+        "skipped": batch.skipped + prep.outside,
         "rejected": batch.rejects.height,
         "unrecognised": parsed.lines["event"].null_count(),
         "parse_errors": parsed.lines.height - parsed.lines["parse_error"].null_count(),
@@ -357,7 +447,30 @@ def _store_one(
     for key, value in counts.items():
         setattr(summary, key, getattr(summary, key) + value)
     summary.null_messages += batch.null_messages
-    return next_id + todo.height
+    if progress:
+        progress(batch.records.height + batch.skipped + batch.rejects.height)
+
+
+def _drop_stored_meanwhile(
+    con: duckdb.DuckDBPyConnection, parsed: Parsed, remap: dict[int, int]
+) -> tuple[Parsed, int]:
+    """Lines the batch before this one stored while this one was parsed (the same entry in two
+    overlapping inputs, a batch apart) are dropped here; links to them point at the stored ids,
+    in this batch and in every later one (`remap`)."""
+    if remap and parsed.lines.height:
+        old, new = list(remap), list(remap.values())
+        parsed.lines = parsed.lines.with_columns(pl.col("cont_of").replace(old, new))
+    if not parsed.lines.height:
+        return parsed, 0
+    ids = store.known_lines(con, parsed.lines.select(_KEY))
+    if not ids.height:
+        return parsed, 0
+    pairs = parsed.lines.select("line_id", *_KEY).join(ids.rename({"line_id": "stored_id"}), on=_KEY)
+    remap.update(zip(pairs["line_id"].to_list(), pairs["stored_id"].to_list(), strict=True))
+    lines = parsed.lines.join(ids.select(_KEY), on=_KEY, how="anti", maintain_order="left")
+    lines = lines.with_columns(pl.col("cont_of").replace(list(remap), list(remap.values())))
+    events = parsed.events.join(lines.select("line_id"), on="line_id", how="semi", maintain_order="left")
+    return Parsed(lines=lines, events=events, stats=parsed.stats, odd=parsed.odd), ids.height
 
 
 _COUNTS = ["lines", "no_prefix", "no_time", "inherited_time", "time_only", "joined"]

@@ -34,6 +34,9 @@ _DUCK_TYPES = {
     pl.Boolean: "BOOLEAN",
 }
 
+# Text unique per line (message, cursor, rid) is stored zstd-compressed: DuckDB's default string
+# compression (dictionary + FSST, chosen at checkpoint) cost 60 % of the 1M-line store and made the
+# file 6x larger; zstd blocks insert ~4x faster and scan as fast (measured in docs/benchmark.md).
 LINES_DDL = """
 CREATE TABLE IF NOT EXISTS lines (
     line_id BIGINT NOT NULL,          -- unique across the database, in ingest order
@@ -41,7 +44,7 @@ CREATE TABLE IF NOT EXISTS lines (
     source VARCHAR,                   -- where it came from: journal, file:/path, ...
     source_key VARCHAR NOT NULL,      -- dedup namespace: journal seqnum id or file identity
     seq BIGINT NOT NULL,              -- position in source_key: journal seqnum or byte offset
-    cursor VARCHAR,                   -- journal cursor (NULL for files)
+    cursor VARCHAR USING COMPRESSION zstd,  -- journal cursor (NULL for files)
     host VARCHAR,
     unit VARCHAR,
     engine VARCHAR,                   -- prefill | decode | router | other
@@ -58,7 +61,7 @@ CREATE TABLE IF NOT EXISTS lines (
     tp_rank SMALLINT,
     pp_rank SMALLINT,
     ep_rank SMALLINT,
-    message VARCHAR,                  -- the text as logged (ANSI codes kept)
+    message VARCHAR USING COMPRESSION zstd,  -- the text as logged (ANSI codes kept)
     event VARCHAR,                    -- catalog event name; NULL when no entry matched
     entry VARCHAR,                    -- catalog entry name
     parse_error VARCHAR,              -- entry whose anchor matched but whose pattern did not
@@ -93,6 +96,9 @@ META_DDL = [
 ]
 
 
+_UNIQUE_TEXT = {"rid", "rids"}
+
+
 def _events_ddl() -> str:
     base_types = {
         "line_id": "BIGINT NOT NULL", "ts_us": "BIGINT", "app_ts_us": "BIGINT", "host": "VARCHAR",
@@ -101,8 +107,11 @@ def _events_ddl() -> str:
         "entry": "VARCHAR",
     }  # fmt: skip
     cols = [f"{c} {base_types[c]}" for c in EVENT_BASE_COLUMNS]
-    cols += [f"{name} {_DUCK_TYPES[type(dtype)]}" for name, dtype in EVENT_FIELDS.items()]
-    cols.append("extra JSON")
+    cols += [
+        f"{name} {_DUCK_TYPES[type(dtype)]}" + (" USING COMPRESSION zstd" if name in _UNIQUE_TEXT else "")
+        for name, dtype in EVENT_FIELDS.items()
+    ]
+    cols.append("extra JSON USING COMPRESSION zstd")
     return "CREATE TABLE IF NOT EXISTS events (\n    " + ",\n    ".join(cols) + "\n)"
 
 
@@ -425,14 +434,37 @@ def query_pl(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = Non
 @contextmanager
 def memory_limit(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
     """DuckDB's memory limit set to `limit` while the block runs, then restored."""
-    row = con.execute("SELECT current_setting('memory_limit')").fetchone()
-    con.execute(f"SET memory_limit = '{limit}'")
+    with _setting(con, "memory_limit", f"'{limit}'"):
+        yield
+
+
+@contextmanager
+def bulk_load(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
+    """Settings for an ingest: `memory_limit`, and no insertion-order bookkeeping.
+
+    store_batch hands DuckDB each table as one Arrow chunk, which one thread scans in order, so the
+    rows still land in line_id order; DuckDB's order-preserving insert machinery costs ~25 % of the
+    insert CPU (measured on a 500k-line batch of the benchmark's input) and buys nothing here."""
+    with _setting(con, "memory_limit", f"'{limit}'"), _setting(con, "preserve_insertion_order", "false"):
+        yield
+
+
+@contextmanager
+def _setting(con: duckdb.DuckDBPyConnection, name: str, value: str) -> Iterator[None]:
+    row = con.execute(f"SELECT current_setting('{name}')").fetchone()
+    con.execute(f"SET {name} = {value}")
     try:
         yield
     finally:
         if row:
             with suppress(duckdb.Error):
-                con.execute(f"SET memory_limit = '{row[0]}'")
+                con.execute(f"SET {name} = {_sql_literal(row[0])}")
+
+
+def _sql_literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "'" + str(value).replace("'", "''") + "'"
 
 
 @contextmanager
@@ -529,6 +561,8 @@ def store_batch(
     # Arrow string views are polars' own layout: handed over without copying the text (the default,
     # large_string, copies every message; measured: the store's CPU -25 %).
     newest = pl.CompatLevel.newest()
+    # One chunk each: scanned by one thread, in order (see bulk_load).
+    lines, events = lines.rechunk(), events.rechunk()
     with transaction(con):
         con.register("_batch_lines", lines.to_arrow(compat_level=newest))
         con.register("_batch_events", events.to_arrow(compat_level=newest))
