@@ -36,6 +36,7 @@ everything to `--out` (JSON).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -256,7 +257,9 @@ def _child_main(args: list[str]) -> None:
     what = args[0]
     if what == "make":
         make = make_plain if args[1] == "plain" else make_journal
-        print(json.dumps([str(p) for p in make(Path(args[3]), int(args[2]))]))
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON only
+            made = make(Path(args[3]), int(args[2]))
+        print(json.dumps([str(p) for p in made]))
     elif what == "machine":
         print(json.dumps(machine()))
     elif what == "ingest":

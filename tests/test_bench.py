@@ -146,6 +146,18 @@ def test_read_only_dir_without_inputs_is_one_clear_line(
     assert list(empty.iterdir()) == []
 
 
+def test_without_lnav_the_table_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No lnav on PATH: no lnav figures, no ratio to it, and one line in the table saying why."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: lnav is really not found
+    res = bench.Results()
+    res.inputs["3k"] = {"plain_lines": 1, "plain_bytes": 1}
+    bench.measure_lnav(res, "3k", [tmp_path / "unread.log"], tmp_path / "home")
+    bench.derive(res, "3k")
+    assert not any(name.startswith("lnav") or "lnav" in name for _, name in res.figures)
+    assert "not measured: lnav is not installed" in bench.table(res, ["3k"])
+    assert not (tmp_path / "home").exists()
+
+
 def test_cpu_time_includes_waited_children() -> None:
     """The journal reader runs in a child per file: its CPU counts once the ingest has waited for it."""
     burn = "import time\nx = 0\nfor i in range(3_000_000): x += i\nprint(time.process_time())"
