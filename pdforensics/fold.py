@@ -20,12 +20,6 @@ import duckdb
 
 UPTO_KEY = "folded_upto"
 
-# The `events` columns the fold reads (a batch frame without one of them is folded from the table).
-EVENT_INPUTS = (
-    "line_id", "bootstrap_room", "bootstrap_host", "rid", "host", "engine", "ts_us", "event", "finish_type",
-    "entry_time_us", "bootstrap_ms", "queue_ms", "forward_ms",
-)  # fmt: skip
-
 # The lines a request's facts come from: those `room_events` keeps (not health checks).
 _ROOM_LINE = """bootstrap_room IS NOT NULL AND bootstrap_room <> 0
     AND coalesce(bootstrap_host, '') <> '2.2.2.2' AND NOT starts_with(coalesce(rid, ''), 'HEALTH_CHECK')"""
@@ -85,7 +79,7 @@ SELECT coalesce(l.host, '') AS host, l.engine, l.ts_us // 1000000 AS sec,
     count(*) FILTER (WHERE l.parse_error IS NOT NULL) AS n_parse_errors,
     count(*) FILTER (WHERE l.event IS NULL AND l.parse_error IS NULL AND l.cont_of IS NULL) AS n_other_lines,
     count(*) FILTER (WHERE l.cont_of IS NOT NULL) AS n_continuation
-FROM {lines} AS l
+FROM lines AS l
 WHERE ({where}) AND l.ts_us IS NOT NULL
 GROUP BY ALL"""
 
@@ -94,7 +88,7 @@ SELECT coalesce(e.host, '') AS host, e.engine, e.event, e.ts_us // 1000000 AS se
     max(e.ts_us) AS hi_us,
     count(*) FILTER (WHERE e.event = 'request_received' AND e.bootstrap_room <> 0
                        AND coalesce(e.bootstrap_host, '') <> '2.2.2.2') AS n_received
-FROM {events} AS e
+FROM events AS e
 WHERE ({where}) AND e.ts_us IS NOT NULL
 GROUP BY ALL"""
 
@@ -111,7 +105,7 @@ DDL = [
 ]
 
 
-def _summary(where: str, events: str = "events") -> str:
+def _summary(where: str) -> str:
     """One row per room of the `events` rows matching `where`."""
     aggs = ",\n    ".join(f"{agg} AS {name}" for name, _, agg, _ in COLUMNS)
     return f"""
@@ -120,7 +114,7 @@ SELECT bootstrap_room,
 FROM (
     SELECT bootstrap_room, coalesce(host, '') AS host, coalesce(engine = 'decode', false) AS is_d,
         ts_us, rid, entry_time_us, bootstrap_ms, queue_ms, forward_ms, {_KIND} AS k
-    FROM {events}
+    FROM events
     WHERE ({where}) AND {_ROOM_LINE}
 )
 GROUP BY bootstrap_room"""
@@ -137,32 +131,23 @@ def _combine(name: str, how: str) -> str:
     return f"{how}({old}, {new})"  # least/greatest skip NULLs
 
 
-def _merge(where: str, events: str) -> str:
+def _merge(where: str) -> str:
     names = ["bootstrap_room", *(c[0] for c in COLUMNS)]
     sets = ", ".join(f"{name} = {_combine(name, how)}" for name, _, _, how in COLUMNS)
     return f"""
-MERGE INTO rooms USING ({_summary(where, events)}) AS s ON rooms.bootstrap_room = s.bootstrap_room
+MERGE INTO rooms USING ({_summary(where)}) AS s ON rooms.bootstrap_room = s.bootstrap_room
 WHEN MATCHED THEN UPDATE SET {sets}
 WHEN NOT MATCHED THEN INSERT ({", ".join(names)}) VALUES ({", ".join("s." + n for n in names)})"""
 
 
-def fold_batch(
-    con: duckdb.DuckDBPyConnection,
-    first_line_id: int,
-    last_line_id: int,
-    lines: str = "lines",
-    events: str = "events",
-) -> None:
+def fold_batch(con: duckdb.DuckDBPyConnection, first_line_id: int, last_line_id: int) -> None:
     """Fold the lines just stored (line_id in [first, last]) into the summaries, in the caller's
-    transaction. Line ids only grow, so the range selects exactly the batch (its row groups).
-
-    `lines`/`events` may name the batch's own frames (registered by store_batch): the same rows,
-    read without decompressing what was just written."""
+    transaction. Line ids only grow, so the range selects exactly the batch (its row groups)."""
     batch = "line_id BETWEEN $first AND $last"
     ids = {"first": first_line_id, "last": last_line_id}
-    con.execute(_merge(batch, events), ids)
-    con.execute(f"INSERT INTO line_seconds {_LINE_SECONDS.format(where=batch, lines=lines)}", ids)
-    con.execute(f"INSERT INTO event_seconds {_EVENT_SECONDS.format(where=batch, events=events)}", ids)
+    con.execute(_merge(batch), ids)
+    con.execute(f"INSERT INTO line_seconds {_LINE_SECONDS.format(where=batch)}", ids)
+    con.execute(f"INSERT INTO event_seconds {_EVENT_SECONDS.format(where=batch)}", ids)
     _set_upto(con, last_line_id)
 
 
@@ -172,9 +157,9 @@ def rebuild_statements() -> list[str]:
         "DELETE FROM rooms",
         f"INSERT INTO rooms {_summary('true')}",
         "DELETE FROM line_seconds",
-        f"INSERT INTO line_seconds {_LINE_SECONDS.format(where='true', lines='lines')}",
+        f"INSERT INTO line_seconds {_LINE_SECONDS.format(where='true')}",
         "DELETE FROM event_seconds",
-        f"INSERT INTO event_seconds {_EVENT_SECONDS.format(where='true', events='events')}",
+        f"INSERT INTO event_seconds {_EVENT_SECONDS.format(where='true')}",
         f"""INSERT OR REPLACE INTO meta SELECT '{UPTO_KEY}', greatest(
             (SELECT coalesce(max(line_id), 0) FROM lines), (SELECT coalesce(max(line_id), 0) FROM events))::VARCHAR""",
     ]

@@ -573,8 +573,7 @@ def store_batch(
             con.execute(f"INSERT INTO events ({cols}) SELECT * FROM _batch_events")
             con.execute("INSERT INTO rejects SELECT * FROM _batch_rejects")
             if lines.height:
-                frames = ("_batch_lines", "_batch_events") if set(fold.EVENT_INPUTS) <= set(events.columns) else ()
-                fold.fold_batch(con, lines["line_id"].min(), lines["line_id"].max(), *frames)  # type: ignore[arg-type]
+                fold.fold_batch(con, lines["line_id"].min(), lines["line_id"].max())  # type: ignore[arg-type]
             sets = ", ".join(f"{k} = {k} + ?" for k in counts)
             con.execute(f"UPDATE ingests SET {sets} WHERE ingest_id = ?", [*counts.values(), ingest_id])
             for key, (position, detail) in (marks or {}).items():
