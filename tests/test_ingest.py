@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -430,3 +431,42 @@ def test_journals_of_several_seqnum_ids_are_read_whole(
         .drop("cont_of_seq", "source")
         .equals(all_lines(clean_db).sort("seq", "source_key").drop("cont_of_seq", "source"))
     )
+
+
+def _export_entries_text(path: Path) -> list[bytes]:
+    return [e for e in path.read_bytes().split(b"\n\n") if e.strip()]
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["seen-before-parse", "stored-while-parsed"])
+def test_a_repeat_of_the_batch_before_is_stored_once(
+    tmp_path: Path, fixture: Path, catalog, monkeypatch: pytest.MonkeyPatch, late: bool
+) -> None:
+    """Overlapping exports concatenated: entries repeat a batch later. The next batch is parsed while
+    the one before is stored, so its repeats are found either before the parse (committed batches)
+    or, when that one was not committed yet, just before its own store: stored once either way."""
+    entries = _export_entries_text(fixture / "journal.export")
+    overlap = tmp_path / "overlap.export"
+    overlap.write_bytes(b"\n\n".join(entries + entries[-30:]) + b"\n\n")
+    if late:  # the parse worker never sees the batch before: every repeat is left to the store step
+        real = store.known_lines
+
+        def blind(con, records):  # type: ignore[no-untyped-def]
+            if threading.current_thread().name.startswith("pdforensics-parse"):
+                return real(con, records.head(0))
+            return real(con, records)
+
+        monkeypatch.setattr(store, "known_lines", blind)
+    summary = ingest(
+        tmp_path / "o.duckdb", [open_file_source(overlap)], ALL, catalog, batch_size=50, views=False
+    )
+    clean = run(tmp_path / "clean.duckdb", [open_file_source(fixture / "journal.export")], catalog)
+    assert (summary.records, summary.stored, summary.duplicates) == (len(entries) + 30, clean.stored, 30)
+    assert stored_lines(tmp_path / "o.duckdb").equals(stored_lines(tmp_path / "clean.duckdb"))
+    con = store.open_db(tmp_path / "o.duckdb", read_only=True)
+    try:  # continuation lines point at stored heads
+        dangling = con.execute(
+            "SELECT count(*) FROM lines l WHERE cont_of IS NOT NULL AND cont_of NOT IN (SELECT line_id FROM lines)"
+        ).fetchone()
+    finally:
+        con.close()
+    assert dangling == (0,)
