@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import lzma
 import mmap
@@ -142,7 +143,7 @@ class JournalFile:
             raise Unreadable(f"inconsistent structure ({type(e).__name__})") from e
 
     def close(self) -> None:
-        for name in ("_u8", "_u64", "cols"):
+        for name in ("_u8", "_u64", "cols", "_both"):
             self.__dict__.pop(name, None)
         with contextlib.suppress(BufferError):  # arrow slices still refer to it: closed when they go
             self._mm.close()
@@ -383,13 +384,14 @@ class JournalFile:
         return pl.Series(ENTRY_FIELDS[fid], _text(taken), dtype=pl.String)
 
     def _take(self, idx: np.ndarray) -> pa.Array:
+        return pc.take(self._both, pa.array(idx, mask=idx < 0))
+
+    @functools.cached_property
+    def _both(self) -> pa.LargeBinaryArray:
+        """[values, unpacked] as one array: one copy of the mapped values when a file has compressed
+        ones, then one take a field (not two and a merge a block)."""
         c = self.cols
-        base = len(c.values)
-        packed = idx >= base
-        taken = pc.take(c.values, pa.array(idx, mask=(idx < 0) | packed))
-        if packed.any():
-            taken = pc.coalesce(taken, pc.take(c.unpacked, pa.array(idx - base, mask=~packed)))
-        return taken
+        return c.values if not len(c.unpacked) else pa.concat_arrays([c.values, c.unpacked])
 
     def value_bytes(self, i: int) -> bytes:
         return self._take(np.array([i], dtype=np.int64))[0].as_py()
