@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import lzma
 import mmap
@@ -112,12 +111,29 @@ class Columns:
     monotonic: np.ndarray
     xor_hash: np.ndarray
     boot_id: np.ndarray  # (n, 16) u8
-    # (n, len(ENTRY_FIELDS)) int64: the element of [values, unpacked] (one chunked array) holding
-    # the entry's value of that field; -1: the entry has no such field.
+    # (n, len(ENTRY_FIELDS)) int64: the element of `values` holding the entry's value of that
+    # field, for plain (uncompressed) DATA objects; -1: none.
     value: np.ndarray
     values: pa.LargeBinaryArray  # over the mapped file: even elements the values, odd the gaps
-    unpacked: pa.LargeBinaryArray  # the same over the decompressed objects
     message_extra: dict[int, list[int]]  # entry -> every MESSAGE value index (a repeated MESSAGE)
+    # Compressed DATA objects: decompressed a block at a time, for the entries read only (a window,
+    # a resumed read), so their field is known only then. Per object: flags, payload start, length;
+    # per item naming one (in entry order): the entry and the object.
+    packed_flags: np.ndarray
+    packed_start: np.ndarray
+    packed_len: np.ndarray
+    packed_owner: np.ndarray
+    packed_obj: np.ndarray
+
+
+@dataclass
+class Block:
+    """Consecutive entries with their compressed fields resolved: `value` as Columns.value (rows
+    relative to `rows[0]`), elements >= len(Columns.values) are in `unpacked`."""
+
+    rows: np.ndarray
+    value: np.ndarray
+    unpacked: pa.LargeBinaryArray
 
 
 class JournalFile:
@@ -143,7 +159,7 @@ class JournalFile:
             raise Unreadable(f"inconsistent structure ({type(e).__name__})") from e
 
     def close(self) -> None:
-        for name in ("_u8", "_u64", "cols", "_both"):
+        for name in ("_u8", "_u64", "cols"):
             self.__dict__.pop(name, None)
         with contextlib.suppress(BufferError):  # arrow slices still refer to it: closed when they go
             self._mm.close()
@@ -254,20 +270,15 @@ class JournalFile:
         field = np.full(len(offsets), -1, dtype=np.int64)
         field[plain] = _classify_aligned(u64, start[plain], length[plain])
         values = _gapped(self._mm, start[plain], length[plain], field[plain])
-        # Compressed DATA objects (the large fields; most MESSAGEs of a busy server): decompressed
-        # into one buffer, then classified and cut like the plain ones.
-        packed = np.flatnonzero(~plain)
-        blob, unpacked_len = self._decompress_all(flags[packed], start[packed], length[packed])
-        unpacked_start = np.cumsum(unpacked_len) - unpacked_len
-        field[packed] = _classify(np.frombuffer(blob, np.uint8), unpacked_start, unpacked_len)
-        unpacked = _gapped(blob, unpacked_start, unpacked_len, field[packed])
-        # Each DATA object -> its element in the chunked array [values, unpacked] (-1: not wanted).
-        index = np.full(len(offsets), -1, dtype=np.int64)
-        index[np.flatnonzero(plain)] = np.where(field[plain] >= 0, _ranks(field[plain]), -1)
-        index[packed] = np.where(field[packed] >= 0, len(values) + _ranks(field[packed]), -1)
+        index = np.where(field >= 0, np.cumsum(field >= 0) * 2 - 2, -1)  # element in `values`
         slot[offsets // 8] = np.arange(len(offsets), dtype=np.int32)
         item_obj = slot[data // 8]
-        item_field = field[item_obj]
+        item_packed = ~plain[item_obj]
+        # Compressed objects (the large fields: most MESSAGEs of a busy server) wait for `block`.
+        packed = np.flatnonzero(~plain)
+        packed_rank = np.cumsum(~plain) - 1
+        packed_owner, packed_obj = owner[item_packed], packed_rank[item_obj[item_packed]]
+        item_field = np.where(plain[item_obj], field[item_obj], -1)
         keep = item_field >= 0
         owner, item_field, item_value = owner[keep], item_field[keep], index[item_obj[keep]]
         value = np.full((n, len(ENTRY_FIELDS)), -1, dtype=np.int64)
@@ -275,13 +286,41 @@ class JournalFile:
         message_extra = self._repeats(owner, item_field, item_value, value)
         seqnum, realtime, monotonic, xor_hash, boot_id = entry_cols
         return Columns(
-            seqnum, realtime, monotonic, xor_hash, boot_id, value, values, unpacked, message_extra
+            seqnum, realtime, monotonic, xor_hash, boot_id, value, values, message_extra,
+            flags[packed], start[packed], length[packed], packed_owner, packed_obj,
         )  # fmt: skip
+
+    def block(self, a: int, b: int) -> Block:
+        """Entries a..b-1, their compressed objects decompressed and classified (vectorised, but
+        for one C call an object). A compressed value where the entry has another value of the same
+        field (a repeated field split over plain and compressed objects, whose order the index does
+        not keep) raises Unreadable: the caller reads on with python-systemd."""
+        c = self.cols
+        rows = np.arange(a, b, dtype=np.int64)
+        value = c.value[a:b].copy()
+        lo, hi = np.searchsorted(c.packed_owner, [a, b])
+        if lo == hi:
+            return Block(rows, value, pa.array([], pa.large_binary()))
+        objs, item_local = np.unique(c.packed_obj[lo:hi], return_inverse=True)
+        blob, sizes = self._decompress_all(c.packed_flags[objs], c.packed_start[objs], c.packed_len[objs])
+        starts = np.cumsum(sizes) - sizes
+        field = _classify(np.frombuffer(blob, np.uint8), starts, sizes)
+        unpacked = _gapped(blob, starts, sizes, field)
+        local = np.where(field >= 0, len(c.values) + np.cumsum(field >= 0) * 2 - 2, -1)
+        owner, item_field = c.packed_owner[lo:hi] - a, field[item_local]
+        want = item_field >= 0
+        owner, item_field, item_value = owner[want], item_field[want], local[item_local[want]]
+        clash = value[owner, item_field] >= 0
+        key = owner * len(ENTRY_FIELDS) + item_field
+        if clash.any() or (len(key) and np.bincount(key).max() > 1):
+            raise Unreadable("a field repeated in compressed objects")
+        value[owner, item_field] = item_value
+        return Block(rows, value, unpacked)
 
     def _decompress_all(
         self, flags: np.ndarray, start: np.ndarray, length: np.ndarray
     ) -> tuple[bytes, np.ndarray]:
-        """Every compressed object's payload, concatenated, and each one's length."""
+        """The compressed objects' payloads, concatenated, and each one's length."""
         view = memoryview(self._mm)
         try:
             if len(flags) and (flags == COMPRESSED_ZSTD).all():
@@ -376,39 +415,39 @@ class JournalFile:
         ]
         return pl.select(pl.concat_str(parts).alias("__CURSOR")).to_series()
 
-    def field(self, fid: int, rows: np.ndarray) -> pl.Series:
-        """One wanted field for `rows` as text (NULL where absent; invalid UTF-8 replaced)."""
-        taken = self._take(self.cols.value[rows, fid])
+    def field(self, fid: int, blk: Block, at: np.ndarray | None = None) -> pl.Series:
+        """One wanted field for the block's entries (`at`: positions in the block) as text (NULL
+        where absent; invalid UTF-8 replaced)."""
+        pos = np.arange(len(blk.rows)) if at is None else at
+        taken = self._take(blk.value[pos, fid], blk.unpacked)
         if fid == MESSAGE and self.cols.message_extra:
-            taken = self._joined_messages(taken, rows)
+            taken = self._joined_messages(taken, blk.rows[pos])
         return pl.Series(ENTRY_FIELDS[fid], _text(taken), dtype=pl.String)
 
-    def _take(self, idx: np.ndarray) -> pa.Array:
-        return pc.take(self._both, pa.array(idx, mask=idx < 0))
-
-    @functools.cached_property
-    def _both(self) -> pa.LargeBinaryArray:
-        """[values, unpacked] as one array: one copy of the mapped values when a file has compressed
-        ones, then one take a field (not two and a merge a block)."""
-        c = self.cols
-        return c.values if not len(c.unpacked) else pa.concat_arrays([c.values, c.unpacked])
-
-    def value_bytes(self, i: int) -> bytes:
-        return self._take(np.array([i], dtype=np.int64))[0].as_py()
+    def _take(self, idx: np.ndarray, unpacked: pa.Array) -> pa.Array:
+        base = len(self.cols.values)
+        packed = idx >= base
+        if not packed.any():
+            return pc.take(self.cols.values, pa.array(idx, mask=idx < 0))
+        from_packed = pc.take(unpacked, pa.array(idx - base, mask=~packed))
+        if packed.all():
+            return from_packed
+        return pc.coalesce(pc.take(self.cols.values, pa.array(idx, mask=(idx < 0) | packed)), from_packed)
 
     def _joined_messages(self, taken: pa.Array, rows: np.ndarray) -> pa.Array:
         hit = [p for p, row in enumerate(rows.tolist()) if row in self.cols.message_extra]
         if not hit:
             return taken
-        values = taken.to_pylist()  # only blocks holding a repeated MESSAGE (rare)
+        values = taken.to_pylist()  # only blocks holding a repeated MESSAGE (rare; plain objects)
         for p in hit:
-            values[p] = b"\n".join(self.value_bytes(i) for i in self.cols.message_extra[int(rows[p])])
+            parts = self.cols.message_extra[int(rows[p])]
+            values[p] = b"\n".join(self.cols.values[i].as_py() for i in parts)
         return pa.array(values, pa.large_binary())
 
-    def frame(self, rows: np.ndarray, fields: tuple[int, ...] | None = None) -> pl.DataFrame:
+    def frame(self, blk: Block, at: np.ndarray | None = None) -> pl.DataFrame:
         """The raw frame `_records.journal_records` takes: __CURSOR and the ENTRY_FIELDS."""
-        fids = range(len(ENTRY_FIELDS)) if fields is None else fields
-        cols = [self.cursors(rows)] + [self.field(f, rows) for f in fids]
+        rows = blk.rows if at is None else blk.rows[at]
+        cols = [self.cursors(rows)] + [self.field(f, blk, at) for f in range(len(ENTRY_FIELDS))]
         return pl.DataFrame(cols)
 
     def find_cursor(self, cursor: str) -> int | None:
@@ -426,9 +465,9 @@ class JournalFile:
         have = dict(p.split("=", 1) for p in self.cursors(np.array([row]))[0].split(";"))
         return row if all(have.get(k) == v for k, v in parts.items()) else None
 
-    def blocks(self, start: int, stop: int, size: int) -> Iterator[np.ndarray]:
+    def blocks(self, start: int, stop: int, size: int) -> Iterator[Block]:
         for a in range(start, stop, size):
-            yield np.arange(a, min(a + size, stop), dtype=np.int64)
+            yield self.block(a, min(a + size, stop))
 
 
 def _classify(buf: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
@@ -474,11 +513,6 @@ def _gapped(buf: object, start: np.ndarray, length: np.ndarray, field: np.ndarra
     return pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), 2 * len(vstart), [None, pa.py_buffer(bounds), pa.py_buffer(buf)]
     )
-
-
-def _ranks(field: np.ndarray) -> np.ndarray:
-    """2 * (rank among the wanted ones) for each object (its element in a `_gapped` array)."""
-    return 2 * (np.cumsum(field >= 0) - 1)
 
 
 def _hex(values: np.ndarray) -> pl.Series:
@@ -606,13 +640,13 @@ def _read_direct(
     yield Event(RESUMED, i, text="1" if resumed else "0")
     last: str | None = None
     try:
-        for rows in jf.blocks(start, stop, block):
+        for blk in jf.blocks(start, stop, block):
             if stopped():
                 return
-            keep = _prefilter(jf, rows, selection)
-            raw = jf.frame(rows[keep])
+            keep = _prefilter(jf, blk, selection)
+            raw = jf.frame(blk, np.flatnonzero(keep))
             last = raw["__CURSOR"][-1]
-            yield Event(BLOCK, i, frame=raw, skipped=len(rows) - int(keep.sum()))
+            yield Event(BLOCK, i, frame=raw, skipped=len(keep) - int(keep.sum()))
     except Exception as e:  # a bug here must cost speed, not the run: python-systemd reads the rest
         reason = f"failed while reading ({type(e).__name__}: {e})"
         notes.fell_back(str(jf.path), reason)
@@ -644,19 +678,19 @@ def _stop_row(jf: JournalFile, start: int, until_us: int | None) -> int:
     return start + int(past[0]) if len(past) else jf.n_entries
 
 
-def _prefilter(jf: JournalFile, rows: np.ndarray, selection: Selection) -> np.ndarray:
+def _prefilter(jf: JournalFile, blk: Block, selection: Selection) -> np.ndarray:
     """Entries the unit globs can select (decided on the small unit fields, before any message is
     gathered); the block's first and last always go on, so resume marks see the block's bounds.
     `_records.journal_records` selects exactly afterwards."""
-    keep = np.ones(len(rows), dtype=bool)
-    if glob_regex(selection.units) is None or not len(rows):
+    keep = np.ones(len(blk.rows), dtype=bool)
+    if glob_regex(selection.units) is None or not len(keep):
         return keep
-    small = pl.DataFrame([jf.field(f, rows) for f in _UNIT_FIELDS])
+    small = pl.DataFrame([jf.field(f, blk) for f in _UNIT_FIELDS])
     journald = (small["_SYSTEMD_UNIT"] == JOURNALD_UNIT).fill_null(False).to_numpy()
-    message = pl.Series("MESSAGE", [None] * len(rows), dtype=pl.String)
+    message = pl.Series("MESSAGE", [None] * len(keep), dtype=pl.String)
     if journald.any():  # journald's "Suppressed N messages from UNIT" lines name the unit in MESSAGE
         at = np.flatnonzero(journald)
-        message = message.scatter(at, jf.field(MESSAGE, rows[at]))
+        message = message.scatter(at, jf.field(MESSAGE, blk, at))
     c = pl.col
     pid1 = (c("_PID") == "1") | (c("_SYSTEMD_UNIT") == "init.scope")
     picked = small.with_columns(message).select(_selected(Selection(units=selection.units), pid1))
