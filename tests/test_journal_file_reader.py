@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import JOURNAL_REMOTE, have_journalctl
-from test_corrupt_journals import _with_long_messages, damaged_variants
+from test_corrupt_journals import _with_long_messages, damaged_variants, layout
 
 from pdforensics.paths import fixtures_dir
 from pdforensics.sources import Selection, Window
@@ -261,3 +261,61 @@ def test_damaged_files_are_refused_or_read_exactly(tmp_path: Path) -> None:
             rc, expected = export_rows(path)
             assert got == expected, f"{path.name}: read differently from journalctl (rc {rc})"
     assert refused and read  # both outcomes happen on this corpus (else the test proves nothing)
+
+
+def _both_readers(source: list[Path], sel: Selection) -> tuple[JournalSource, list, list]:
+    fast_src = JournalSource("files", source)
+    fast = list(fast_src.batches(sel))
+    os.environ[ENV_READER] = "python-systemd"
+    try:
+        slow = list(JournalSource("files", source).batches(sel))
+    finally:
+        del os.environ[ENV_READER]
+    return fast_src, fast, slow
+
+
+def _stored(batches: list) -> pl.DataFrame:
+    return pl.concat([b.records for b in batches])
+
+
+def test_a_window_inside_the_file_reads_the_same_entries(tmp_path: Path) -> None:
+    export = _with_long_messages(
+        (fixtures_dir() / "decode_restart_watchdog_fires" / "journal.export").read_bytes(), 2
+    )
+    path = make(export, tmp_path / "w.journal")
+    with JournalFile(path) as jf:
+        rt = jf.cols.realtime
+        since, until = int(rt[len(rt) // 3]), int(rt[2 * len(rt) // 3])
+    sel = Selection(window=Window(since_us=since, until_us=until), units=("*",))
+    src, fast, slow = _both_readers([path], sel)
+    assert src.direct.files == 1
+    assert 0 < _stored(fast).height < len(rt) and _stored(fast).equals(_stored(slow))
+
+
+def test_a_block_it_cannot_resolve_is_read_on_by_python_systemd(tmp_path: Path) -> None:
+    """A MESSAGE repeated over a plain and a compressed object (order not kept by the index): the
+    direct reader hands over after its last entry; nothing lost, nothing twice, the reason counted."""
+    entries = [
+        f"__REALTIME_TIMESTAMP={1_700_000_000_000_000 + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n_BOOT_ID={'c' * 32}\n"
+        f"_SYSTEMD_UNIT=sglang-x.service\nMESSAGE=line {i}" + (f"\nMESSAGE={'z' * 900}" if i == 150 else "")
+        for i in range(200)
+    ]
+    path = make(("\n\n".join(entries) + "\n\n").encode(), tmp_path / "r.journal")
+    sel = Selection(units=("*",))
+    src, fast, slow = _both_readers([path], sel)
+    assert src.direct.fallbacks == {
+        "failed while reading (Unreadable: a field repeated in compressed objects)": 1
+    }
+    got, want = _stored(fast), _stored(slow)
+    assert got.height == 200 and got.equals(want)
+
+
+def test_a_damaged_file_falls_back_with_its_reason_counted(tmp_path: Path) -> None:
+    good = make((fixtures_dir() / "healthy" / "journal.export").read_bytes(), tmp_path / "g.journal")
+    cut = tmp_path / "cut.journal"
+    data = good.read_bytes()
+    lay = layout(data)
+    cut.write_bytes(data[: (lay.start + lay.end) // 2])  # inside the objects
+    src = JournalSource("files", [good, cut])
+    list(src.batches(Selection(units=("*",))))
+    assert src.direct.files == 1 and sum(src.direct.fallbacks.values()) == 1, src.direct
