@@ -319,3 +319,34 @@ def test_a_damaged_file_falls_back_with_its_reason_counted(tmp_path: Path) -> No
     src = JournalSource("files", [good, cut])
     list(src.batches(Selection(units=("*",))))
     assert src.direct.files == 1 and sum(src.direct.fallbacks.values()) == 1, src.direct
+
+
+def test_unit_selection_sees_a_compressed_unit_field_and_journald_lines(tmp_path: Path) -> None:
+    """The unit prefilter leaves other units' compressed MESSAGEs compressed, but decompresses a
+    compressed unit field (found on its FIELD chain) and journald's lines naming a unit."""
+    long_unit = "sglang-" + "q" * 900 + ".service"
+    entries = []
+    for i in range(120):
+        unit = long_unit if i % 4 == 0 else ("other.service" if i % 4 == 1 else "sglang-a.service")
+        entries.append(
+            f"__REALTIME_TIMESTAMP={1_700_000_000_000_000 + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n"
+            f"_BOOT_ID={'d' * 32}\n_SYSTEMD_UNIT={unit}\nMESSAGE=m{i} " + "w" * (700 if i % 2 else 10)
+        )
+    entries.append(
+        f"__REALTIME_TIMESTAMP={1_700_000_000_000_500}\n__MONOTONIC_TIMESTAMP=600\n_BOOT_ID={'d' * 32}\n"
+        f"_SYSTEMD_UNIT=systemd-journald.service\nMESSAGE=Suppressed 5 messages from {long_unit} " + "p" * 600
+    )
+    path = make(("\n\n".join(entries) + "\n\n").encode(), tmp_path / "u.journal")
+    with JournalFile(path) as jf:
+        assert jf.unit_packed is not None and jf.unit_packed.any() and not jf.unit_packed.all()
+    for units in ((long_unit,), ("sglang-a*",), ("other*",)):
+        src, fast, slow = _both_readers([path], Selection(units=units))
+        assert src.direct.files == 1 and not src.direct.fallbacks
+        got = _stored(fast)
+        assert got.height and got.equals(_stored(slow)), units
+        assert sum(b.skipped for b in fast) == sum(b.skipped for b in slow)
+    assert (
+        _stored(_both_readers([path], Selection(units=(long_unit,)))[1])["message"]
+        .str.starts_with("Suppressed")
+        .any()
+    )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import lzma
 import mmap
@@ -290,24 +291,34 @@ class JournalFile:
             flags[packed], start[packed], length[packed], packed_owner, packed_obj,
         )  # fmt: skip
 
-    def block(self, a: int, b: int) -> Block:
+    def block(self, a: int, b: int, rows: np.ndarray | None = None, objs: np.ndarray | None = None) -> Block:
         """Entries a..b-1, their compressed objects decompressed and classified (vectorised, but
-        for one C call an object). A compressed value where the entry has another value of the same
-        field (a repeated field split over plain and compressed objects, whose order the index does
-        not keep) raises Unreadable: the caller reads on with python-systemd."""
+        for one C call an object): all of them, or those of the entries `rows` marks (bool per
+        entry of the block) or `objs` marks (bool per compressed object). A compressed value where
+        the entry has another value of the same field (a repeated field split over plain and
+        compressed objects, whose order the index does not keep) raises Unreadable: the caller
+        reads on with python-systemd."""
         c = self.cols
-        rows = np.arange(a, b, dtype=np.int64)
         value = c.value[a:b].copy()
         lo, hi = np.searchsorted(c.packed_owner, [a, b])
-        if lo == hi:
-            return Block(rows, value, pa.array([], pa.large_binary()))
-        objs, item_local = np.unique(c.packed_obj[lo:hi], return_inverse=True)
+        owner, obj = c.packed_owner[lo:hi] - a, c.packed_obj[lo:hi]
+        if rows is not None or objs is not None:
+            pick = np.zeros(len(obj), dtype=bool)
+            if rows is not None:
+                pick |= rows[owner]
+            if objs is not None:
+                pick |= objs[obj]
+            owner, obj = owner[pick], obj[pick]
+        block_rows = np.arange(a, b, dtype=np.int64)
+        if not len(obj):
+            return Block(block_rows, value, pa.array([], pa.large_binary()))
+        objs, item_local = np.unique(obj, return_inverse=True)
         blob, sizes = self._decompress_all(c.packed_flags[objs], c.packed_start[objs], c.packed_len[objs])
         starts = np.cumsum(sizes) - sizes
         field = _classify(np.frombuffer(blob, np.uint8), starts, sizes)
         unpacked = _gapped(blob, starts, sizes, field)
         local = np.where(field >= 0, len(c.values) + np.cumsum(field >= 0) * 2 - 2, -1)
-        owner, item_field = c.packed_owner[lo:hi] - a, field[item_local]
+        item_field = field[item_local]
         want = item_field >= 0
         owner, item_field, item_value = owner[want], item_field[want], local[item_local[want]]
         clash = value[owner, item_field] >= 0
@@ -315,7 +326,51 @@ class JournalFile:
         if clash.any() or (len(key) and np.bincount(key).max() > 1):
             raise Unreadable("a field repeated in compressed objects")
         value[owner, item_field] = item_value
-        return Block(rows, value, unpacked)
+        return Block(block_rows, value, unpacked)
+
+    @functools.cached_property
+    def unit_packed(self) -> np.ndarray | None:
+        """Per compressed object: whether it may hold one of the fields the unit selection reads
+        (its DATA object is on that field's chain, FIELD.head_data_offset -> DATA.next_field_offset,
+        the chains `journalctl -u` matches on). None (every one may) when a chain fails a check.
+        Lets a unit selection leave the compressed MESSAGEs of other units compressed."""
+        try:
+            found = self._field_chains({ENTRY_FIELDS[f].encode() for f in _UNIT_FIELDS})
+        except (ValueError, IndexError):
+            return None
+        if found is None:
+            return None
+        head = 72 if self.header.compact else 64
+        return np.isin(self.cols.packed_start - head, np.array(sorted(found), dtype=np.int64))
+
+    def _field_chains(self, names: set[bytes]) -> set[int] | None:
+        """Offsets of every DATA object of the fields `names`; None when a check fails."""
+        h, mm, u8, u64 = self.header, self._mm, self._u8, self._u64
+        table, size = struct.unpack_from("<QQ", mm, 120)
+        budget = struct.unpack_from("<Q", mm, 144)[0]  # n_objects: no chain is longer
+        if table % 8 or size % 16 or table < h.header_size or table + size > h.end:
+            return None
+        heads = []
+        for fo in (int(x) for x in u64[table // 8 : (table + size) // 8 : 2] if x):
+            while fo:
+                budget -= 1
+                if budget < 0 or fo % 8 or fo + 40 > h.end or u8[fo] != 2:  # OBJECT_FIELD
+                    return None
+                osize = int(u64[fo // 8 + 1])
+                if osize < 40 or fo + osize > h.end:
+                    return None
+                if bytes(mm[fo + 40 : fo + osize]) in names:
+                    heads.append(int(u64[fo // 8 + 4]))
+                fo = int(u64[fo // 8 + 3])
+        found: set[int] = set()
+        for d in heads:
+            while d:
+                budget -= 1
+                if budget < 0 or d % 8 or d + 64 > h.end or u8[d] != OBJECT_DATA or d in found:
+                    return None
+                found.add(d)
+                d = int(u64[d // 8 + 4])
+        return found
 
     def _decompress_all(
         self, flags: np.ndarray, start: np.ndarray, length: np.ndarray
@@ -640,10 +695,12 @@ def _read_direct(
     yield Event(RESUMED, i, text="1" if resumed else "0")
     last: str | None = None
     try:
-        for blk in jf.blocks(start, stop, block):
+        for a in range(start, stop, block):
             if stopped():
                 return
-            keep = _prefilter(jf, blk, selection)
+            b = min(a + block, stop)
+            keep = _prefilter(jf, a, b, selection)
+            blk = jf.block(a, b, rows=None if keep.all() else keep)
             raw = jf.frame(blk, np.flatnonzero(keep))
             last = raw["__CURSOR"][-1]
             yield Event(BLOCK, i, frame=raw, skipped=len(keep) - int(keep.sum()))
@@ -678,18 +735,22 @@ def _stop_row(jf: JournalFile, start: int, until_us: int | None) -> int:
     return start + int(past[0]) if len(past) else jf.n_entries
 
 
-def _prefilter(jf: JournalFile, blk: Block, selection: Selection) -> np.ndarray:
-    """Entries the unit globs can select (decided on the small unit fields, before any message is
-    gathered); the block's first and last always go on, so resume marks see the block's bounds.
-    `_records.journal_records` selects exactly afterwards."""
-    keep = np.ones(len(blk.rows), dtype=bool)
+def _prefilter(jf: JournalFile, a: int, b: int, selection: Selection) -> np.ndarray:
+    """Entries a..b-1 the unit globs can select, decided on the small unit fields before any other
+    compressed field is decompressed or any message gathered; the block's first and last always go
+    on, so resume marks see the block's bounds. `_records.journal_records` selects exactly after."""
+    keep = np.ones(b - a, dtype=bool)
     if glob_regex(selection.units) is None or not len(keep):
         return keep
+    objs = jf.unit_packed
+    blk = jf.block(a, b, objs=objs) if objs is not None else jf.block(a, b)
     small = pl.DataFrame([jf.field(f, blk) for f in _UNIT_FIELDS])
     journald = (small["_SYSTEMD_UNIT"] == JOURNALD_UNIT).fill_null(False).to_numpy()
     message = pl.Series("MESSAGE", [None] * len(keep), dtype=pl.String)
     if journald.any():  # journald's "Suppressed N messages from UNIT" lines name the unit in MESSAGE
         at = np.flatnonzero(journald)
+        if objs is not None:  # their compressed objects too
+            blk = jf.block(a, b, rows=journald, objs=objs)
         message = message.scatter(at, jf.field(MESSAGE, blk, at))
     c = pl.col
     pid1 = (c("_PID") == "1") | (c("_SYSTEMD_UNIT") == "init.scope")
