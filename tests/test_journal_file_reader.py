@@ -350,3 +350,19 @@ def test_unit_selection_sees_a_compressed_unit_field_and_journald_lines(tmp_path
         .str.starts_with("Suppressed")
         .any()
     )
+
+
+def test_a_file_wholly_outside_the_window_is_not_indexed(tmp_path: Path) -> None:
+    entries = [
+        e for e in (fixtures_dir() / "healthy" / "journal.export").read_bytes().split(b"\n\n") if e.strip()
+    ]
+    half = len(entries) // 2
+    a = make(b"\n\n".join(entries[:half]) + b"\n\n", tmp_path / "a.journal")
+    b = make(b"\n\n".join(entries[half:]) + b"\n\n", tmp_path / "b.journal")
+    with JournalFile(a) as ja, JournalFile(b) as jb:
+        assert int(ja.cols.realtime[-1]) <= int(jb.cols.realtime[0])
+        since = int(jb.cols.realtime[jb.n_entries // 2])
+        in_b, n_b = int((jb.cols.realtime >= since).sum()), jb.n_entries
+    src, fast, slow = _both_readers([a, b], Selection(window=Window(since_us=since), units=("*",)))
+    assert src.direct.files == 2 and src.direct.entries < n_b  # a: header only; b: from since
+    assert _stored(fast).height == in_b and _stored(fast).equals(_stored(slow))

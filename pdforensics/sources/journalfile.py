@@ -652,6 +652,14 @@ def direct_events(
     for i, req in enumerate(requests):
         if stopped():
             return
+        if _outside_window(req, selection.window.until_us):
+            if pending:
+                yield from fallback(pending, None)
+                pending = []
+            notes.files += 1  # read: nothing in it is inside the window (as a seek would find)
+            yield Event(RESUMED, i, text="0")
+            yield Event(DONE, i)
+            continue
         jf = _open_direct(req, notes)
         if jf is None:
             pending.append(i)
@@ -663,6 +671,28 @@ def direct_events(
             yield from _read_direct(i, jf, req, selection, block, stopped, fallback, notes)
     if pending and not stopped():
         yield from fallback(pending, None)
+
+
+def _outside_window(req: Unit, until_us: int | None) -> bool:
+    """Whether a file's entries all lie outside the window by its header (first entry at or after
+    the end, last one before the start), so that it need not be indexed. As sd_journal's seek, it
+    takes the file's times as ordered. Never for a resumed read (its cursor is looked up)."""
+    if req.files is None or len(req.files) != 1 or req.cursor or req.after or req.skip_at is not None:
+        return False
+    if req.since_us is None and until_us is None:
+        return False
+    if os.environ.get(ENV_READER, "") == "python-systemd":
+        return False
+    try:
+        with open(req.files[0], "rb") as f:
+            head = f.read(MIN_HEADER)
+            h = parse_header(head, os.fstat(f.fileno()).st_size)
+    except (OSError, Unreadable, struct.error):
+        return False  # the reader decides (and counts why)
+    if not h.n_entries:
+        return False
+    first, last = struct.unpack_from("<QQ", head, 184)
+    return (req.since_us is not None and last < req.since_us) or (until_us is not None and first >= until_us)
 
 
 def _open_direct(req: Unit, notes: DirectNotes) -> JournalFile | None:
