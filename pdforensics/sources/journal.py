@@ -1,6 +1,11 @@
 """The systemd journal: the local one, a directory (e.g. a systemd-journal-remote collection), or files.
 
-Primary reader: python-systemd's low-level `_Reader`. `_get_all()` gives raw fields, the cursor
+Journal files (directory and files sources) are first read directly (`journalfile`: the on-disk
+format mapped and gathered with numpy, no Python per entry); a file it cannot vouch for (an
+unknown flag, not closed cleanly, a failed bounds check), the local journal, and the rest of a
+file it stops on go to python-systemd below, the reason counted in `JournalSource.direct`.
+
+python-systemd reader: the low-level `_Reader`. `_get_all()` gives raw fields, the cursor
 gives the dedup key (`s=`, `i=`) and the exact receive time (`t=`, hex µs, equal to
 __REALTIME_TIMESTAMP), so each entry costs one `_next`, one `_get_all` and one `_get_cursor`
 call. The per-entry loop (`_journal_child.read_entries`) only copies fields into column lists, in
