@@ -50,9 +50,10 @@ OBJECT_DATA, OBJECT_ENTRY, OBJECT_ENTRY_ARRAY = 1, 3, 6
 COMPRESSED_XZ, COMPRESSED_LZ4, COMPRESSED_ZSTD = 1, 2, 4
 STATE_OFFLINE, STATE_ONLINE, STATE_ARCHIVED = 0, 1, 2
 MIN_HEADER = 208  # every field up to n_data exists in every version of the format
-# The whole file's item table is held at once (~30 B an item): journald rotates at 128 MiB by
-# default; a larger file is read by python-systemd rather than risk the memory.
-MAX_FILE = 1 << 30
+# The whole file's index is held at once (a 4-byte slot per 8 bytes of file, ~30 B an entry item
+# while indexing: ~0.8x the file's size at peak): journald rotates at 128 MiB by default; a larger
+# file is read by python-systemd rather than risk the memory.
+MAX_FILE = 256 << 20
 MAX_FIELD = 768 << 20  # a decompressed field larger than this is refused (sd_journal's own cap)
 _PREFIX = 24  # bytes of a DATA payload compared against the wanted "NAME=" prefixes
 _NAMES = tuple(f"{n}=".encode() for n in ENTRY_FIELDS)
