@@ -63,6 +63,7 @@ _UNTIL_CHECK = 1024  # entries between checks of the window's end (overshoot is 
 # Entries per python-systemd read block: a block is held as Python objects (~25 fields an entry)
 # until converted, so blocks stay small; ingest coalesces them into store-sized batches.
 BLOCK_ENTRIES = 16_384
+DIRECT_BLOCK = 32_768  # entries a block of the direct reader: its arrow buffers stay small
 
 
 def python_systemd_available() -> bool:
@@ -307,7 +308,9 @@ class JournalSource:
 
         # Journal files are read directly (journalfile, ~10x python-systemd); a file it cannot vouch
         # for, and the local journal, by python-systemd in a child as before.
-        reader = direct_events(requests, selection, batch_size, stopped, isolated, self.direct)
+        reader = direct_events(
+            requests, selection, min(batch_size, DIRECT_BLOCK), stopped, isolated, self.direct
+        )
         opened = 0
         for ev in reader:
             unit = units[ev.unit]

@@ -235,16 +235,17 @@ class JournalFile:
         """(entry index, DATA offset) of every entry item, in entry then item order."""
         h = self.header
         total = int(n_items.sum())
-        owner = np.repeat(np.arange(len(entries), dtype=np.int64), n_items)
-        first = np.cumsum(n_items) - n_items
-        k = np.arange(total, dtype=np.int64) - np.repeat(first, n_items)
+        # int32 where it fits (files are at most MAX_FILE bytes): the item arrays are the peak.
+        owner = np.repeat(np.arange(len(entries), dtype=np.int32), n_items)
+        first = (np.cumsum(n_items) - n_items).astype(np.int32)
+        k = np.arange(total, dtype=np.int32) - np.repeat(first, n_items)
         if h.compact:
             pos = entries[owner] + 64 + 4 * k
-            data = self._u64.view("<u4")[pos // 4].astype(np.int64)
+            data = self._u64.view("<u4")[pos // 4].astype(np.int32)
         else:
             pos = entries[owner] + 64 + 16 * k
-            data = self._u64[pos // 8].astype(np.int64)
-        if total and ((data % 8).any() or data.min() < h.header_size or data.max() + 64 > h.end):
+            data = np.minimum(self._u64[pos // 8], np.uint64(1 << 31)).astype(np.int32)
+        if total and ((data % 8).any() or data.min() < h.header_size or int(data.max()) + 64 > h.end):
             raise Unreadable("entry item offset out of bounds")
         return owner, data
 
