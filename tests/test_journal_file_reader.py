@@ -366,3 +366,50 @@ def test_a_file_wholly_outside_the_window_is_not_indexed(tmp_path: Path) -> None
     src, fast, slow = _both_readers([a, b], Selection(window=Window(since_us=since), units=("*",)))
     assert src.direct.files == 2 and src.direct.entries < n_b  # a: header only; b: from since
     assert _stored(fast).height == in_b and _stored(fast).equals(_stored(slow))
+
+
+def _recompressed(path: Path, algorithm: str) -> int:
+    """Rewrite the file's large MESSAGE objects (written uncompressed) compressed in place, as
+    systemd stores them (xz: an .xz stream; lz4: le64 size + an LZ4 block), flags and header bit
+    set: journal-remote 252 writes zstd only. Returns how many objects were rewritten."""
+    import lzma
+
+    import lz4.block
+
+    data = bytearray(path.read_bytes())
+    (header_size,) = struct.unpack_from("<Q", data, 88)
+    (tail,) = struct.unpack_from("<Q", data, 136)
+    head = 72 if flags(path) & INCOMPATIBLE_COMPACT else 64
+    bit, flag = {"xz": (1, 1), "lz4": (2, 2)}[algorithm]
+    p, done = header_size, 0
+    while p <= tail:
+        kind, (size,) = data[p], struct.unpack_from("<Q", data, p + 8)
+        payload = bytes(data[p + head : p + size])
+        if kind == 1 and data[p + 1] == 0 and len(payload) > 400 and payload.startswith(b"MESSAGE="):
+            if algorithm == "xz":
+                packed = lzma.compress(payload, format=lzma.FORMAT_XZ, check=lzma.CHECK_NONE)
+            else:
+                packed = struct.pack("<Q", len(payload)) + lz4.block.compress(payload, store_size=False)
+            if len(packed) < len(payload):
+                data[p + head : p + head + len(packed)] = packed
+                data[p + 1] = flag
+                struct.pack_into("<Q", data, p + 8, head + len(packed))
+                done += 1
+        p += (size + 7) & ~7
+    struct.pack_into("<I", data, 12, struct.unpack_from("<I", data, 12)[0] | bit)
+    path.write_bytes(bytes(data))
+    return done
+
+
+@pytest.mark.parametrize("algorithm", ["xz", "lz4"])
+@pytest.mark.parametrize("compact", [True, False])
+def test_xz_and_lz4_fields_equal_journalctl(tmp_path: Path, algorithm: str, compact: bool) -> None:
+    export = _with_long_messages((fixtures_dir() / "healthy" / "journal.export").read_bytes(), 3)
+    path = tmp_path / "x.journal"
+    env = os.environ | {"SYSTEMD_JOURNAL_COMPACT": "1" if compact else "0"}
+    cmd = [str(JOURNAL_REMOTE), "--compress=no", "-o", str(path), "-"]
+    subprocess.run(cmd, input=export, check=True, capture_output=True, env=env)
+    assert _recompressed(path, algorithm) > 20
+    with JournalFile(path) as jf:
+        assert len(jf.cols.packed_obj) > 20
+    assert assert_same_as_journalctl(path) > 0
