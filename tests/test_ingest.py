@@ -336,16 +336,23 @@ def _journal_parts(fixture: Path, times: int = 3) -> tuple[bytes, bytes]:
 
 
 def _count_journal_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    from pdforensics.sources import journal
+    from pdforensics.sources import journal, journalfile
 
     reads: list[int] = []
     real = journal._raw_frame  # each block the reader (a child process) sends
+    real_direct = journalfile.JournalFile.frame  # each block the direct reader gathers
 
     def counting(cursors, cols):  # type: ignore[no-untyped-def]
         reads.append(len(cursors))
         return real(cursors, cols)
 
+    def counting_direct(self, blk, at=None):  # type: ignore[no-untyped-def]
+        out = real_direct(self, blk, at)
+        reads.append(out.height)
+        return out
+
     monkeypatch.setattr(journal, "_raw_frame", counting)
+    monkeypatch.setattr(journalfile.JournalFile, "frame", counting_direct)
     return reads
 
 

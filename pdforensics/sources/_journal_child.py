@@ -61,6 +61,8 @@ class Event:
     block: tuple[list[str], list[list[Any]]] | None = None  # BLOCK: cursors, one list per field
     text: str = ""  # SKIPPED: the stepped-over entry's cursor; ERROR, OPEN_FAILED: what happened
     reason: str = ""  # SKIPPED: why it was stepped over
+    frame: Any = None  # BLOCK from the direct reader (journalfile): the raw frame itself
+    skipped: int = 0  # BLOCK from the direct reader: entries read but left out before the frame
 
 
 @dataclass

@@ -1,6 +1,11 @@
 """The systemd journal: the local one, a directory (e.g. a systemd-journal-remote collection), or files.
 
-Primary reader: python-systemd's low-level `_Reader`. `_get_all()` gives raw fields, the cursor
+Journal files (directory and files sources) are first read directly (`journalfile`: the on-disk
+format mapped and gathered with numpy, no Python per entry); a file it cannot vouch for (an
+unknown flag, not closed cleanly, a failed bounds check), the local journal, and the rest of a
+file it stops on go to python-systemd below, the reason counted in `JournalSource.direct`.
+
+python-systemd reader: the low-level `_Reader`. `_get_all()` gives raw fields, the cursor
 gives the dedup key (`s=`, `i=`) and the exact receive time (`t=`, hex µs, equal to
 __REALTIME_TIMESTAMP), so each entry costs one `_next`, one `_get_all` and one `_get_cursor`
 call. The per-entry loop (`_journal_child.read_entries`) only copies fields into column lists, in
@@ -42,6 +47,7 @@ from pdforensics.sources._common import JOURNAL_MAGIC, escape_expr, in_backgroun
 from pdforensics.sources._journal_child import IsolatedReader, Unit
 from pdforensics.sources._records import ENTRY_FIELDS, journal_records
 from pdforensics.sources.export import ExportParser, export_batches
+from pdforensics.sources.journalfile import DirectNotes, direct_events
 
 try:
     from systemd import journal as _sd_journal
@@ -57,6 +63,7 @@ _UNTIL_CHECK = 1024  # entries between checks of the window's end (overshoot is 
 # Entries per python-systemd read block: a block is held as Python objects (~25 fields an entry)
 # until converted, so blocks stay small; ingest coalesces them into store-sized batches.
 BLOCK_ENTRIES = 16_384
+DIRECT_BLOCK = 32_768  # entries a block of the direct reader: its arrow buffers stay small
 
 
 def python_systemd_available() -> bool:
@@ -126,6 +133,7 @@ class JournalSource:
         # Set by ingest from a resume mark (see `resume`): the cursor to re-read from, less `context`.
         self.resume_cursor: str | None = None
         self.context = 0
+        self.direct = DirectNotes()  # files read by the direct reader (journalfile), and fallbacks
         if force_journalctl or _sd_journal is None:
             found = shutil.which(journalctl)
             if found is None:
@@ -289,8 +297,19 @@ class JournalSource:
         first = self.resume_cursor is not None
         last_seq: dict[int, int] = {}  # per unit: the greatest seqnum read
         block = min(batch_size, BLOCK_ENTRIES)
-        reader = IsolatedReader(
-            requests, ENTRY_FIELDS, selection.window.until_us, block, _UNTIL_CHECK, stopped
+
+        def isolated(indices: list[int], start: Unit | None) -> Iterator[child.Event]:
+            todo = [requests[k] for k in indices] if start is None else [start]
+            for ev in IsolatedReader(
+                todo, ENTRY_FIELDS, selection.window.until_us, block, _UNTIL_CHECK, stopped
+            ):
+                ev.unit = indices[ev.unit]
+                yield ev
+
+        # Journal files are read directly (journalfile, ~10x python-systemd); a file it cannot vouch
+        # for, and the local journal, by python-systemd in a child as before.
+        reader = direct_events(
+            requests, selection, min(batch_size, DIRECT_BLOCK), stopped, isolated, self.direct
         )
         opened = 0
         for ev in reader:
@@ -310,9 +329,9 @@ class JournalSource:
                 seen[unit.path] = seen.get(unit.path, 0) + 1
             elif ev.kind == child.ERROR:
                 problems.append((self.label, where, ev.text, ""))
-            elif ev.kind == child.BLOCK and ev.block is not None and ev.block[0]:
-                raw = _raw_frame(*ev.block)
-                seen[unit.path] = seen.get(unit.path, 0) + raw.height
+            elif ev.kind == child.BLOCK and (ev.frame is not None or (ev.block is not None and ev.block[0])):
+                raw = ev.frame if ev.frame is not None else _raw_frame(*ev.block)  # type: ignore[misc]
+                seen[unit.path] = seen.get(unit.path, 0) + raw.height + ev.skipped
                 last, head = raw["__CURSOR"][-1], raw["__CURSOR"][0]
                 repeated = rejects_frame([])
                 if unit.copy is not None:  # one file: seqnum order (the local journal mixes seqnum ids)
@@ -320,6 +339,7 @@ class JournalSource:
                         raw, last_seq.get(ev.unit, 0), self.label
                     )
                 batch = journal_records(raw, selection, source=self.label)
+                batch.skipped += ev.skipped
                 if repeated.height:
                     batch.rejects = pl.concat([repeated, batch.rejects])
                 if key:
