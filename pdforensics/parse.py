@@ -636,34 +636,41 @@ def _named_groups(pattern: str) -> list[str]:
 
 
 MATCHED = "__matched"  # an always-empty group: non-null exactly when the entry's pattern matched
-_COMPILED: dict[int, _Compiled] = {}
+# id(catalog) -> (catalog, compiled): the catalog is kept so that its id cannot be reused by another
+_COMPILED: dict[int, tuple[Catalog, _Compiled]] = {}
 
 
 def _compiled(catalog: Catalog) -> _Compiled:
-    key = id(catalog)
-    if key not in _COMPILED:
-        _COMPILED[key] = _Compiled.of(catalog)
-    return _COMPILED[key]
+    cached = _COMPILED.get(id(catalog))
+    if cached is None or cached[0] is not catalog:
+        cached = _COMPILED[id(catalog)] = (catalog, _Compiled.of(catalog))
+    return cached[1]
 
 
-def _candidates(body: pl.DataFrame, column: str, anchors: tuple[str, ...], comp: _Compiled) -> pl.DataFrame:
-    """(row, entry_idx, body) for every entry whose literal anchor occurs in `column` (Aho-Corasick)."""
-    if not anchors or body.height == 0:
-        return pl.DataFrame(schema={"_row": pl.UInt32, "entry_idx": pl.Int32, "body": pl.String})
+def _candidates(
+    text: pl.Series, rows: pl.Series, anchors: tuple[str, ...], comp: _Compiled
+) -> dict[int, pl.Series]:
+    """entry_idx -> the rows (of `rows`, `text` row for row) whose `text` holds the entry's literal
+    anchor, ascending: one Aho-Corasick pass over all anchors."""
+    if not anchors or text.len() == 0:
+        return {}
     found = (
-        body.select("_row", pl.col(column).str.extract_many(list(anchors), overlapping=True).alias("anchor"))
+        pl.DataFrame({"_row": rows, "anchor": text.str.extract_many(list(anchors), overlapping=True)})
         .explode("anchor")
         .drop_nulls("anchor")
-        .unique()
+        .join(comp.anchor_table, on="anchor")
+        .group_by("entry_idx")
+        .agg(pl.col("_row").unique().sort())
     )
-    return (
-        found.join(comp.anchor_table, on="anchor").join(body.select("_row", "body"), on="_row").drop("anchor")
-    )
+    return dict(zip(found["entry_idx"].to_list(), found["_row"], strict=True))
 
 
-def _try_entries(cand: pl.DataFrame, comp: _Compiled) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Candidate entries in catalog order, each on the rows no earlier entry claimed: returns
-    (matches with typed fields, failed pairs).
+def _try_entries(
+    cand: dict[int, pl.Series], body: pl.Series, claimed: pl.Series, comp: _Compiled
+) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+    """Candidate entries in catalog order, each on its candidate rows no earlier entry claimed:
+    returns (matches with typed fields, failed (row, entry) pairs). `claimed` (one flag per row
+    of the batch) is updated in place.
 
     The pattern runs as a match test first; groups and `fields` are extracted only for the rows
     it wins. (Extracting every candidate entry and keeping the first cost 7x on stats lines,
@@ -671,36 +678,33 @@ def _try_entries(cand: pl.DataFrame, comp: _Compiled) -> tuple[pl.DataFrame, pl.
     keeps the results: a later entry could not win them, and their misses were never errors.
     """
     matched, failed = [], []
-    # claimed[_row]: a mask, not a growing is_in set (rows are the batch's positions)
-    claimed = pl.repeat(False, int(cand["_row"].max() or 0) + 1 if cand.height else 0, eager=True)
-    parts = cand.partition_by("entry_idx", as_dict=True)
-    for key in sorted(parts):
-        idx = int(key[0])
-        entry, part = comp.entries[idx], parts[key]
-        body = pl.col("body")
-        part = part.filter(~claimed.gather(part["_row"]))
+    for idx in sorted(cand):
+        entry, rows = comp.entries[idx], cand[idx].alias("_row")
+        rows = rows.filter(~claimed.gather(rows))
+        text = body.gather(rows)
         if entry.starts_with:  # the anchor was found somewhere near the start; it must BE the start
-            part = part.filter(body.str.starts_with(entry.starts_with))
-        if part.height == 0:
+            at_start = text.str.starts_with(entry.starts_with)
+            rows, text = rows.filter(at_start), text.filter(at_start)
+        if rows.len() == 0:
             continue
         names = comp.groups[entry.name]
         if names:  # one regex pass for both: the match (the always-empty sentinel group) and groups
-            groups = part.select(
-                body.str.extract_groups(f"(?P<{MATCHED}>)(?:{entry.pattern})").alias("_g")
-            ).unnest("_g")
+            groups = text.str.extract_groups(f"(?P<{MATCHED}>)(?:{entry.pattern})").struct.unnest()
             hit = groups[MATCHED].is_not_null()
         else:
-            groups, hit = pl.DataFrame(), part["body"].str.contains(entry.pattern)
-        won = part.filter(hit)
-        failed.append(part.filter(~hit).select("_row", "entry_idx"))
-        if won.height == 0:
+            groups, hit = pl.DataFrame(), text.str.contains(entry.pattern)
+        n_won = hit.sum()
+        if n_won < rows.len():
+            failed.append(rows.filter(~hit).to_frame().with_columns(pl.lit(idx, pl.Int32).alias("entry_idx")))
+        if n_won == 0:
             continue
-        captured = groups.filter(hit).select(names) if names else groups
-        matched.append(
-            _extract_entry(won, entry, captured).with_columns(pl.lit(idx, pl.Int32).alias("entry_idx"))
-        )
-        claimed.scatter(won["_row"], True)
-    return _stack(matched, _fields_schema()), _stack(failed, {"_row": pl.UInt32, "entry_idx": pl.Int32})
+        if n_won < rows.len():
+            rows, text = rows.filter(hit), text.filter(hit)
+            groups = groups.filter(hit) if names else groups
+        captured = groups.select(names) if names else groups
+        matched.append(_extract_entry(rows, text, entry, captured, idx))
+        claimed.scatter(rows, True)
+    return matched, failed
 
 
 def _stack(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
@@ -720,29 +724,35 @@ def _match_and_extract(df: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame
     Returns the frame and the typed fields of the winning entry per row.
     """
     comp = _compiled(catalog)
-    body = df.select("_row", "body", pl.col("body").str.slice(0, comp.head_len).alias("_head"))
-    hits, misses = _try_entries(_candidates(body, "_head", comp.starts, comp), comp)
-    rest = body.join(hits.select("_row"), on="_row", how="anti")
-    more_hits, more_misses = _try_entries(_candidates(rest, "body", comp.contains, comp), comp)
+    body = df["body"]
+    n = df.height
+    rows = pl.int_range(n, dtype=pl.UInt32, eager=True).alias("_row")  # df's _row is its position
+    claimed = pl.repeat(False, n, eager=True)  # a mask by position, not a growing is_in set
+    head = body.str.slice(0, comp.head_len)
+    hits, misses = _try_entries(_candidates(head, rows, comp.starts, comp), body, claimed, comp)
+    # The `contains` entries see only the rows no `starts_with` entry claimed.
+    rest = rows.filter(~claimed)
+    cand = _candidates(body.gather(rest), rest, comp.contains, comp)
+    more_hits, more_misses = _try_entries(cand, body, claimed, comp)
     # Disjoint: each pass claims a row once, and the second pass saw only rows the first left.
-    hits = pl.concat([hits, more_hits])
-    errors = (
-        pl.concat([misses, more_misses])
-        .join(hits.select("_row"), on="_row", how="anti")
-        .group_by("_row")
-        .agg(pl.col("entry_idx").min().alias("error_idx"))
-    )
+    fields = _stack([*hits, *more_hits], _fields_schema())
+    failed = [*misses, *more_misses]
 
     # By position (df's rows are in _row order): a scatter, not a join that copies every column.
-    def at_rows(frame: pl.DataFrame, col: str) -> pl.Series:  # scatter writes in place: a new series each
-        return (
-            pl.repeat(None, df.height, dtype=pl.Int32, eager=True)
-            .alias(col)
-            .scatter(frame["_row"], frame[col])
-        )
+    def at_rows(at: pl.Series, values: pl.Series, col: str) -> pl.Series:  # a new series each
+        return pl.repeat(None, n, dtype=pl.Int32, eager=True).alias(col).scatter(at, values)
 
-    df = df.with_columns(at_rows(hits, "entry_idx"), at_rows(errors, "error_idx"))
-    return df, hits.drop("entry_idx")
+    error_idx = pl.repeat(None, n, dtype=pl.Int32, eager=True).alias("error_idx")
+    if failed:
+        failed_at = pl.concat(failed)
+        errors = (
+            failed_at.filter(~claimed.gather(failed_at["_row"]))
+            .group_by("_row")
+            .agg(pl.col("entry_idx").min())
+        )
+        error_idx = at_rows(errors["_row"], errors["entry_idx"], "error_idx")
+    df = df.with_columns(at_rows(fields["_row"], fields["entry_idx"], "entry_idx"), error_idx)
+    return df, fields.drop("entry_idx")
 
 
 # --------------------------------------------------------------- extract pass
@@ -767,21 +777,25 @@ def _cast_field(name: str, col: pl.Expr) -> pl.Expr:
     return col.alias(name)
 
 
-def _extract_entry(won: pl.DataFrame, entry: Entry, captured: pl.DataFrame) -> pl.DataFrame:
-    """Typed fields for the rows an entry's pattern matched: its named groups (`captured`, row
-    for row with `won`) and its `fields`; names not in the schema go into `extra`.
+def _extract_entry(
+    rows: pl.Series, text: pl.Series, entry: Entry, captured: pl.DataFrame, idx: int
+) -> pl.DataFrame:
+    """Typed fields for the rows an entry's pattern matched (`rows`, their bodies `text`): its
+    named groups (`captured`, row for row) and its `fields`; names not in the schema go into `extra`.
 
     A field the pattern also captures is taken from the pattern unless that group is empty on
     every row. Text is extracted in one select (polars runs its regexes in parallel) and cast in
     a second: the casts read a value more than once, and eager selects do not share subexpressions.
     """
-    body = pl.col("body")
     names = captured.columns
-    frame = won.select("_row").hstack(captured)
+    frame = captured.insert_column(0, rows.alias("_row")) if names else rows.alias("_row").to_frame()
     empty = {n for n in names if frame[n].null_count() == frame.height}
     regexes = {n: rx for n, rx in entry.fields.items() if n not in names or n in empty}
     if regexes:
-        frame = frame.with_columns(won.select(body.str.extract(rx, 1).alias(n) for n, rx in regexes.items()))
+        body = text.alias("body").to_frame()
+        frame = frame.with_columns(
+            body.select(pl.col("body").str.extract(rx, 1).alias(n) for n, rx in regexes.items())
+        )
     # an entry's constants (`set`): the KVPoll name of an integer state, an upstream timeout's kind
     if entry.constants:
         frame = frame.with_columns(pl.lit(v, pl.String).alias(n) for n, v in entry.constants.items())
@@ -793,7 +807,7 @@ def _extract_entry(won: pl.DataFrame, entry: Entry, captured: pl.DataFrame) -> p
         if extra_names
         else pl.lit(None, pl.String).alias("extra")
     )
-    return frame.select("_row", *typed, extra)
+    return frame.select("_row", *typed, extra, pl.lit(idx, pl.Int32).alias("entry_idx"))
 
 
 # ----------------------------------------------------------- line structure
