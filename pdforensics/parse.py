@@ -399,10 +399,11 @@ def _sglang_prefix(df: pl.DataFrame, tail: str) -> pl.DataFrame:
     valid = (
         clean.str.starts_with("[")
         & pl.col("ts").str.strptime(pl.Datetime("us"), TIME_FMT, strict=False).is_not_null()
-        & ((pl.col("_tail") == "") | pl.col("_tail").str.contains(tail))
+        & ((pl.col("_tail") == "") | pl.when(pl.col("_tail") != "").then("_tail").str.contains(tail))
     )
     df = df.with_columns(valid.alias("_has_prefix"))
-    t = pl.when("_has_prefix").then("_tail")  # NULL without a prefix: the regexes below skip it
+    # NULL without a prefix, or with nothing after the seconds (most lines): the regexes skip it
+    t = pl.when(pl.col("_has_prefix") & (pl.col("_tail") != "")).then("_tail")
     # The body starts after the prefix, less one space; sliced once (each slice copies every body).
     start = pl.when("_has_prefix").then(pl.col("_close") + 1).otherwise(0)
     df = df.with_columns(
@@ -712,6 +713,38 @@ def _stack(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
     return pl.concat([base, *frames], how="diagonal_relaxed").select(list(schema)) if frames else base
 
 
+def _in_row_order(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
+    """The entries' field frames as one frame in row order, built column by column: a column no
+    entry has is all NULL; the others are one gather each from the entries that have it (stacking
+    every column of every entry, then sorting, cost more than the regexes of a batch)."""
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    if any(f[c].dtype != schema[c] for f in frames for c in f.columns):  # a stack relaxes the dtype
+        return _stack(frames, schema).sort("_row")
+    heights = [f.height for f in frames]
+    order = pl.concat([f["_row"] for f in frames]).arg_sort()  # output position -> stacked row
+    # per output position: which frame its row is in, and where in that frame
+    frame_of = pl.concat([pl.repeat(k, h, dtype=pl.Int32, eager=True) for k, h in enumerate(heights)])
+    offset = pl.concat([pl.int_range(h, dtype=pl.Int64, eager=True) for h in heights])
+    frame_of, offset = frame_of.gather(order), offset.gather(order)
+    index: dict[tuple[int, ...], pl.Series] = {}  # the frames having a column -> where to gather it from
+    cols = []
+    for name, dtype in schema.items():
+        having = tuple(k for k, f in enumerate(frames) if name in f.columns)
+        if not having:
+            cols.append(pl.repeat(None, order.len(), dtype=dtype, eager=True).alias(name))
+            continue
+        if having not in index:  # the start of each of those frames in their concatenation
+            starts = dict(
+                zip(having, [sum(heights[j] for j in having[:i]) for i in range(len(having))], strict=True)
+            )
+            start = frame_of.replace_strict(starts, default=None, return_dtype=pl.Int64)
+            index[having] = (start + offset).cast(pl.UInt32)  # NULL (no value) in the other frames
+        values = pl.concat([frames[k][name] for k in having], rechunk=True)
+        cols.append(values.gather(index[having]).alias(name))
+    return pl.DataFrame(cols)
+
+
 def _fields_schema() -> dict:
     return {"_row": pl.UInt32, "entry_idx": pl.Int32, **EVENT_FIELDS, "extra": pl.String}
 
@@ -735,7 +768,7 @@ def _match_and_extract(df: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame
     cand = _candidates(body.gather(rest), rest, comp.contains, comp)
     more_hits, more_misses = _try_entries(cand, body, claimed, comp)
     # Disjoint: each pass claims a row once, and the second pass saw only rows the first left.
-    fields = _stack([*hits, *more_hits], _fields_schema())
+    fields = _in_row_order([*hits, *more_hits], _fields_schema())
     failed = [*misses, *more_misses]
 
     # By position (df's rows are in _row order): a scatter, not a join that copies every column.
@@ -1012,13 +1045,15 @@ def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     """cont_of = line_id of the head record for the continuation lines of a multi-line record."""
     loose = ~pl.col("_has_prefix") & pl.col("entry_idx").is_null()
     # A loose line after a prefixed line ending with ':' (e.g. "debug info:") continues it too.
-    opens = pl.when(~loose).then(pl.col("body").str.strip_chars_end().str.ends_with(":"))
+    # (`:\s*$`: ends with ':' once trailing whitespace is stripped, without copying every body)
+    opens = pl.when(~loose).then(pl.col("body").str.contains(r":\s*$"))
     # The block a line of an earlier batch opened is still open (while that stream's chain holds).
     open_before = {s: v for s, v in carry.open_block.items() if s in carry.last_head}
     seed_open = pl.col("_stream").replace_strict(open_before, default=False, return_dtype=pl.Boolean)
     df = df.with_columns(opens.forward_fill().over("_stream").alias("_open"))
     in_block = loose & pl.coalesce("_open", seed_open)
-    cont = loose & (pl.col("body").str.contains(CONTINUATION) | in_block) | pl.col("_piece")
+    continues = pl.when(loose).then(pl.col("body")).str.contains(CONTINUATION)  # loose lines only: few
+    cont = loose & (continues | in_block) | pl.col("_piece")
     df = df.with_columns((~cont).alias("_head"))
     seed = pl.col("_stream").replace_strict(carry.last_head, default=None, return_dtype=pl.Int64)
     head_id = pl.coalesce(
@@ -1094,14 +1129,18 @@ def parse_records(
         "app_ts_precision_us", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "message", "event", "entry",
         "parse_error", "cont_of",
     )  # fmt: skip
-    events = (
-        df.filter(pl.col("event").is_not_null())
-        .select("_row", *EVENT_BASE_COLUMNS)
-        .join(fields, on="_row", how="left", maintain_order="left")
-        .drop("_row")
-    )
+    events = _events(df, fields)
     stats, odd = _source_stats(df, opts, carry)
     return Parsed(lines=lines, events=events, stats=stats, odd=odd)
+
+
+def _events(df: pl.DataFrame, fields: pl.DataFrame) -> pl.DataFrame:
+    """The event rows (a catalog entry matched) with their fields. `fields` has exactly those rows,
+    in row order (see _in_row_order): they line up, no join needed."""
+    base = df.select("_row", *EVENT_BASE_COLUMNS).filter(pl.col("event").is_not_null())  # narrow first
+    if not base["_row"].equals(fields["_row"]):  # cannot happen (every entry names an event)
+        return base.join(fields, on="_row", how="left", maintain_order="left").drop("_row")
+    return base.drop("_row").hstack(fields.drop("_row"))
 
 
 STATS_KEY = ["source", "host", "unit"]
