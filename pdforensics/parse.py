@@ -126,11 +126,18 @@ _PREFIX_COLS: dict[str, pl.DataType] = {
 
 def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
     df = df.with_columns(pl.col("message").fill_null("").alias("_clean"))
-    # The expensive clean-ups run only when a batch needs them.
-    if df["_clean"].str.contains("\x1b", literal=True).any():
-        df = df.with_columns(pl.col("_clean").str.replace_all(ANSI, ""))
-    if df["_clean"].str.contains("\r", literal=True).any():
-        df = df.with_columns(pl.col("_clean").str.strip_chars_end("\r"))
+    # The expensive clean-ups run only when a batch needs them, on the lines that need them.
+    esc = df["_clean"].str.contains("\x1b", literal=True)
+    if esc.any():
+        bare = pl.when(esc).then(pl.col("_clean")).str.replace_all(ANSI, "")  # NULL: nothing to strip
+        df = df.with_columns(pl.coalesce(bare, "_clean").alias("_clean"))
+    cr = df["_clean"].str.contains("\r", literal=True)
+    if cr.any():
+        df = df.with_columns(
+            pl.coalesce(pl.when(cr).then(pl.col("_clean")).str.strip_chars_end("\r"), "_clean").alias(
+                "_clean"
+            )
+        )
     forms = opts.prefixes
     df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
     # (`[pod/..] ` and time-only exports take the other way: slower, as correct.)
@@ -724,7 +731,7 @@ def _in_row_order(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
     heights = [f.height for f in frames]
     order = pl.concat([f["_row"] for f in frames]).arg_sort()  # output position -> stacked row
     # per output position: which frame its row is in, and where in that frame
-    frame_of = pl.concat([pl.repeat(k, h, dtype=pl.Int32, eager=True) for k, h in enumerate(heights)])
+    frame_of = pl.concat([pl.repeat(k, h, dtype=pl.UInt32, eager=True) for k, h in enumerate(heights)])
     offset = pl.concat([pl.int_range(h, dtype=pl.Int64, eager=True) for h in heights])
     frame_of, offset = frame_of.gather(order), offset.gather(order)
     index: dict[tuple[int, ...], pl.Series] = {}  # the frames having a column -> where to gather it from
@@ -735,11 +742,11 @@ def _in_row_order(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
             cols.append(pl.repeat(None, order.len(), dtype=dtype, eager=True).alias(name))
             continue
         if having not in index:  # the start of each of those frames in their concatenation
-            starts = dict(
+            at = dict(
                 zip(having, [sum(heights[j] for j in having[:i]) for i in range(len(having))], strict=True)
             )
-            start = frame_of.replace_strict(starts, default=None, return_dtype=pl.Int64)
-            index[having] = (start + offset).cast(pl.UInt32)  # NULL (no value) in the other frames
+            starts = pl.Series([at.get(k) for k in range(len(frames))], dtype=pl.Int64)  # one per frame
+            index[having] = (starts.gather(frame_of) + offset).cast(pl.UInt32)  # NULL in the other frames
         values = pl.concat([frames[k][name] for k in having], rechunk=True)
         cols.append(values.gather(index[having]).alias(name))
     return pl.DataFrame(cols)
