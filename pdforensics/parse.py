@@ -616,7 +616,7 @@ class _Compiled:
     starts: tuple[str, ...]  # distinct starts_with anchors
     contains: tuple[str, ...]  # distinct contains anchors
     head_len: int  # only this many leading characters can hold a starts_with anchor
-    anchor_table: pl.DataFrame  # anchor -> entry_idx
+    by_anchor: dict[str, tuple[int, ...]]  # anchor -> the entries it is the anchor of
     groups: dict[str, list[str]]  # entry name -> its pattern's named groups, in pattern order
 
     @classmethod
@@ -629,9 +629,7 @@ class _Compiled:
             starts=starts,
             contains=tuple(sorted({e.contains for e in entries if e.contains and not e.starts_with})),
             head_len=max((len(a) for a in starts), default=0),
-            anchor_table=pl.DataFrame(
-                rows, schema={"anchor": pl.String, "entry_idx": pl.Int32}, orient="row"
-            ),
+            by_anchor={a: tuple(i for b, i in rows if b == a) for a, _ in rows},
             groups={e.name: _named_groups(e.pattern) for e in entries},
         )
 
@@ -671,11 +669,15 @@ def _candidates(
         pl.DataFrame({"_row": rows, "anchor": text.str.extract_many(list(anchors), overlapping=True)})
         .explode("anchor")
         .drop_nulls("anchor")
-        .join(comp.anchor_table, on="anchor")
-        .group_by("entry_idx")
+        .group_by("anchor")
         .agg(pl.col("_row").unique().sort())
     )
-    return dict(zip(found["entry_idx"].to_list(), found["_row"], strict=True))
+    # the few anchors found -> their entries (an anchor may be several entries')
+    return {
+        idx: at
+        for anchor, at in zip(found["anchor"].to_list(), found["_row"], strict=True)
+        for idx in comp.by_anchor[anchor]
+    }
 
 
 def _try_entries(
