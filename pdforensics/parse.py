@@ -126,18 +126,15 @@ _PREFIX_COLS: dict[str, pl.DataType] = {
 
 def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
     df = df.with_columns(pl.col("message").fill_null("").alias("_clean"))
-    # The expensive clean-ups run only when a batch needs them, on the lines that need them.
-    esc = df["_clean"].str.contains("\x1b", literal=True)
-    if esc.any():
-        bare = pl.when(esc).then(pl.col("_clean")).str.replace_all(ANSI, "")  # NULL: nothing to strip
-        df = df.with_columns(pl.coalesce(bare, "_clean").alias("_clean"))
-    cr = df["_clean"].str.contains("\r", literal=True)
-    if cr.any():
-        df = df.with_columns(
-            pl.coalesce(pl.when(cr).then(pl.col("_clean")).str.strip_chars_end("\r"), "_clean").alias(
-                "_clean"
-            )
-        )
+    # The expensive clean-ups run only when a batch needs them, on the lines that need them
+    # (one scan for both: most batches have neither).
+    needs = df["_clean"].str.contains_any(["\x1b", "\r"])
+    if needs.any():
+        some = pl.when(needs).then(pl.col("_clean"))  # NULL: nothing to clean
+        if df.select(some.str.contains("\x1b", literal=True).any()).item():
+            df = df.with_columns(pl.coalesce(some.str.replace_all(ANSI, ""), "_clean").alias("_clean"))
+        if df.select(some.str.contains("\r", literal=True).any()).item():
+            df = df.with_columns(pl.coalesce(some.str.strip_chars_end("\r"), "_clean").alias("_clean"))
     forms = opts.prefixes
     df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
     # (`[pod/..] ` and time-only exports take the other way: slower, as correct.)
