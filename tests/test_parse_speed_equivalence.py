@@ -114,3 +114,21 @@ def test_made_up_lines_include_parse_errors() -> None:
     body = pl.Series("body", made_up_bodies(), pl.String)
     fast, _ = P._match_and_extract(pl.DataFrame({"body": body}).with_row_index("_row"), CATALOG)
     assert fast["error_idx"].is_not_null().sum() > 10
+
+
+def test_colour_and_crlf_cleaned_on_their_lines_only() -> None:
+    """The clean-ups run on the lines that need them only: those parse as their clean twins, and
+    every message is stored as it came."""
+    clean = [s.line for e in CATALOG.entries[:40] for s in e.samples]
+    dirty = [
+        f"\x1b[33m{line}\x1b[0m" if i % 3 == 0 else f"{line}\r" if i % 3 == 1 else line
+        for i, line in enumerate(clean)
+    ]
+    opts = ParseOptions(catalog=CATALOG, tz="UTC")
+    want = P.parse_records(records_of(clean), opts)
+    got = P.parse_records(records_of(dirty), opts)
+    cols = ["event", "entry", "parse_error", "app_ts_us", "tp_rank", "dp_rank"]
+    assert got.lines.select(cols).equals(want.lines.select(cols))
+    assert got.events.drop("line_id").equals(want.events.drop("line_id"))
+    assert got.lines["message"].to_list() == dirty
+    assert want.lines["entry"].is_not_null().sum() > 30
