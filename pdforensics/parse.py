@@ -394,45 +394,40 @@ def _remember_dates(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
 
 
 def _sglang_prefix(df: pl.DataFrame, tail: str) -> pl.DataFrame:
-    """`[YYYY-MM-DD HH:MM:SS(.ms)( DPn TPn ...)] body` by position, not regex: it is on most lines.
-
-    One lazy query, collected once (each eager step would materialise the batch's columns again)."""
+    """`[YYYY-MM-DD HH:MM:SS(.ms)( DPn TPn ...)] body` by position, not regex: it is on most lines."""
     clean = pl.col("_clean")
+    df = df.with_columns(clean.str.find("]", literal=True).alias("_close"))
+    df = df.with_columns(
+        clean.str.slice(1, 19).alias("ts"), clean.str.slice(20, pl.col("_close") - 20).alias("_tail")
+    )
     valid = (
         clean.str.starts_with("[")
         & pl.col("ts").str.strptime(pl.Datetime("us"), TIME_FMT, strict=False).is_not_null()
         & ((pl.col("_tail") == "") | pl.when(pl.col("_tail") != "").then("_tail").str.contains(tail))
     )
+    df = df.with_columns(valid.alias("_has_prefix"))
     # NULL without a prefix, or with nothing after the seconds (most lines): the regexes skip it
     t = pl.when(pl.col("_has_prefix") & (pl.col("_tail") != "")).then("_tail")
     # The body starts after the prefix, less one space; sliced once (each slice copies every body).
     start = pl.when("_has_prefix").then(pl.col("_close") + 1).otherwise(0)
+    df = df.with_columns(
+        pl.when("_has_prefix").then("ts").alias("ts"),
+        t.str.extract(r"^[.,](\d{1,6})", 1).alias("frac"),
+        *[
+            t.str.extract(rf"(?:^| ){n}(\d+)", 1).cast(pl.Int16).alias(f"{n.lower()}_rank")
+            for n in ("DP", "PP", "TP", "EP")
+        ],
+        start.alias("_start"),
+        clean.str.slice(start, 1).alias("_next"),
+    )
     # Custom dictConfig formats add adjacent groups: `[ts][file.py:42][INFO]: body`.
     custom = pl.col("_has_prefix") & (pl.col("_next") == "[")
     skip = pl.col("_start") + (pl.col("_next") == " ").cast(pl.Int64)
-    groups = pl.when(custom).then("body").str.replace(r"^(?:\[[^\]]*\])*:? ?", "").str.strip_prefix(" ")
-    return (
-        df.lazy()
-        .with_columns(clean.str.find("]", literal=True).alias("_close"))
-        .with_columns(
-            clean.str.slice(1, 19).alias("ts"), clean.str.slice(20, pl.col("_close") - 20).alias("_tail")
-        )
-        .with_columns(valid.alias("_has_prefix"))
-        .with_columns(
-            pl.when("_has_prefix").then("ts").alias("ts"),
-            t.str.extract(r"^[.,](\d{1,6})", 1).alias("frac"),
-            *[
-                t.str.extract(rf"(?:^| ){n}(\d+)", 1).cast(pl.Int16).alias(f"{n.lower()}_rank")
-                for n in ("DP", "PP", "TP", "EP")
-            ],
-            start.alias("_start"),
-            clean.str.slice(start, 1).alias("_next"),
-        )
-        .with_columns(clean.str.slice(skip).alias("body"))
-        .with_columns(pl.coalesce(groups, "body").alias("body"))  # groups: NULL but on custom lines
-        .drop("_tail", "_close", "_start", "_next")
-        .collect()
-    )
+    df = df.with_columns(clean.str.slice(skip).alias("body"))
+    if df.select(custom.any()).item():
+        groups = pl.col("body").str.replace(r"^(?:\[[^\]]*\])*:? ?", "").str.strip_prefix(" ")
+        df = df.with_columns(pl.when(custom).then(groups).otherwise("body").alias("body"))
+    return df.drop("_tail", "_close", "_start", "_next")
 
 
 def _other_clocks(df: pl.DataFrame, forms: tuple[Prefix, ...]) -> pl.DataFrame:
