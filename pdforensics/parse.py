@@ -126,11 +126,15 @@ _PREFIX_COLS: dict[str, pl.DataType] = {
 
 def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
     df = df.with_columns(pl.col("message").fill_null("").alias("_clean"))
-    # The expensive clean-ups run only when a batch needs them.
-    if df["_clean"].str.contains("\x1b", literal=True).any():
-        df = df.with_columns(pl.col("_clean").str.replace_all(ANSI, ""))
-    if df["_clean"].str.contains("\r", literal=True).any():
-        df = df.with_columns(pl.col("_clean").str.strip_chars_end("\r"))
+    # The expensive clean-ups run only when a batch needs them, on the lines that need them
+    # (one scan for both: most batches have neither).
+    needs = df["_clean"].str.contains_any(["\x1b", "\r"])
+    if needs.any():
+        some = pl.when(needs).then(pl.col("_clean"))  # NULL: nothing to clean
+        if df.select(some.str.contains("\x1b", literal=True).any()).item():
+            df = df.with_columns(pl.coalesce(some.str.replace_all(ANSI, ""), "_clean").alias("_clean"))
+        if df.select(some.str.contains("\r", literal=True).any()).item():
+            df = df.with_columns(pl.coalesce(some.str.strip_chars_end("\r"), "_clean").alias("_clean"))
     forms = opts.prefixes
     df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
     # (`[pod/..] ` and time-only exports take the other way: slower, as correct.)
@@ -399,10 +403,11 @@ def _sglang_prefix(df: pl.DataFrame, tail: str) -> pl.DataFrame:
     valid = (
         clean.str.starts_with("[")
         & pl.col("ts").str.strptime(pl.Datetime("us"), TIME_FMT, strict=False).is_not_null()
-        & ((pl.col("_tail") == "") | pl.col("_tail").str.contains(tail))
+        & ((pl.col("_tail") == "") | pl.when(pl.col("_tail") != "").then("_tail").str.contains(tail))
     )
     df = df.with_columns(valid.alias("_has_prefix"))
-    t = pl.when("_has_prefix").then("_tail")  # NULL without a prefix: the regexes below skip it
+    # NULL without a prefix, or with nothing after the seconds (most lines): the regexes skip it
+    t = pl.when(pl.col("_has_prefix") & (pl.col("_tail") != "")).then("_tail")
     # The body starts after the prefix, less one space; sliced once (each slice copies every body).
     start = pl.when("_has_prefix").then(pl.col("_close") + 1).otherwise(0)
     df = df.with_columns(
@@ -603,7 +608,7 @@ class _Compiled:
     starts: tuple[str, ...]  # distinct starts_with anchors
     contains: tuple[str, ...]  # distinct contains anchors
     head_len: int  # only this many leading characters can hold a starts_with anchor
-    anchor_table: pl.DataFrame  # anchor -> entry_idx
+    by_anchor: dict[str, tuple[int, ...]]  # anchor -> the entries it is the anchor of
     groups: dict[str, list[str]]  # entry name -> its pattern's named groups, in pattern order
 
     @classmethod
@@ -616,9 +621,7 @@ class _Compiled:
             starts=starts,
             contains=tuple(sorted({e.contains for e in entries if e.contains and not e.starts_with})),
             head_len=max((len(a) for a in starts), default=0),
-            anchor_table=pl.DataFrame(
-                rows, schema={"anchor": pl.String, "entry_idx": pl.Int32}, orient="row"
-            ),
+            by_anchor={a: tuple(i for b, i in rows if b == a) for a, _ in rows},
             groups={e.name: _named_groups(e.pattern) for e in entries},
         )
 
@@ -636,34 +639,45 @@ def _named_groups(pattern: str) -> list[str]:
 
 
 MATCHED = "__matched"  # an always-empty group: non-null exactly when the entry's pattern matched
-_COMPILED: dict[int, _Compiled] = {}
+# id(catalog) -> (catalog, compiled): the catalog is kept so that its id cannot be reused by another
+_COMPILED: dict[int, tuple[Catalog, _Compiled]] = {}
 
 
 def _compiled(catalog: Catalog) -> _Compiled:
-    key = id(catalog)
-    if key not in _COMPILED:
-        _COMPILED[key] = _Compiled.of(catalog)
-    return _COMPILED[key]
+    cached = _COMPILED.get(id(catalog))
+    if cached is None or cached[0] is not catalog:
+        cached = _COMPILED[id(catalog)] = (catalog, _Compiled.of(catalog))
+    return cached[1]
 
 
-def _candidates(body: pl.DataFrame, column: str, anchors: tuple[str, ...], comp: _Compiled) -> pl.DataFrame:
-    """(row, entry_idx, body) for every entry whose literal anchor occurs in `column` (Aho-Corasick)."""
-    if not anchors or body.height == 0:
-        return pl.DataFrame(schema={"_row": pl.UInt32, "entry_idx": pl.Int32, "body": pl.String})
+def _candidates(
+    text: pl.Series, rows: pl.Series, anchors: tuple[str, ...], comp: _Compiled
+) -> dict[int, pl.Series]:
+    """entry_idx -> the rows (of `rows`, `text` row for row) whose `text` holds the entry's literal
+    anchor, ascending: one Aho-Corasick pass over all anchors."""
+    if not anchors or text.len() == 0:
+        return {}
     found = (
-        body.select("_row", pl.col(column).str.extract_many(list(anchors), overlapping=True).alias("anchor"))
+        pl.DataFrame({"_row": rows, "anchor": text.str.extract_many(list(anchors), overlapping=True)})
         .explode("anchor")
         .drop_nulls("anchor")
-        .unique()
+        .group_by("anchor")
+        .agg(pl.col("_row").unique().sort())
     )
-    return (
-        found.join(comp.anchor_table, on="anchor").join(body.select("_row", "body"), on="_row").drop("anchor")
-    )
+    # the few anchors found -> their entries (an anchor may be several entries')
+    return {
+        idx: at
+        for anchor, at in zip(found["anchor"].to_list(), found["_row"], strict=True)
+        for idx in comp.by_anchor[anchor]
+    }
 
 
-def _try_entries(cand: pl.DataFrame, comp: _Compiled) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Candidate entries in catalog order, each on the rows no earlier entry claimed: returns
-    (matches with typed fields, failed pairs).
+def _try_entries(
+    cand: dict[int, pl.Series], body: pl.Series, claimed: pl.Series, comp: _Compiled
+) -> tuple[list[pl.DataFrame], list[pl.DataFrame]]:
+    """Candidate entries in catalog order, each on its candidate rows no earlier entry claimed:
+    returns (matches with typed fields, failed (row, entry) pairs). `claimed` (one flag per row
+    of the batch) is updated in place.
 
     The pattern runs as a match test first; groups and `fields` are extracted only for the rows
     it wins. (Extracting every candidate entry and keeping the first cost 7x on stats lines,
@@ -671,41 +685,70 @@ def _try_entries(cand: pl.DataFrame, comp: _Compiled) -> tuple[pl.DataFrame, pl.
     keeps the results: a later entry could not win them, and their misses were never errors.
     """
     matched, failed = [], []
-    # claimed[_row]: a mask, not a growing is_in set (rows are the batch's positions)
-    claimed = pl.repeat(False, int(cand["_row"].max() or 0) + 1 if cand.height else 0, eager=True)
-    parts = cand.partition_by("entry_idx", as_dict=True)
-    for key in sorted(parts):
-        idx = int(key[0])
-        entry, part = comp.entries[idx], parts[key]
-        body = pl.col("body")
-        part = part.filter(~claimed.gather(part["_row"]))
+    for idx in sorted(cand):
+        entry, rows = comp.entries[idx], cand[idx].alias("_row")
+        rows = rows.filter(~claimed.gather(rows))
+        text = body.gather(rows)
         if entry.starts_with:  # the anchor was found somewhere near the start; it must BE the start
-            part = part.filter(body.str.starts_with(entry.starts_with))
-        if part.height == 0:
+            at_start = text.str.starts_with(entry.starts_with)
+            rows, text = rows.filter(at_start), text.filter(at_start)
+        if rows.len() == 0:
             continue
         names = comp.groups[entry.name]
         if names:  # one regex pass for both: the match (the always-empty sentinel group) and groups
-            groups = part.select(
-                body.str.extract_groups(f"(?P<{MATCHED}>)(?:{entry.pattern})").alias("_g")
-            ).unnest("_g")
+            groups = text.str.extract_groups(f"(?P<{MATCHED}>)(?:{entry.pattern})").struct.unnest()
             hit = groups[MATCHED].is_not_null()
         else:
-            groups, hit = pl.DataFrame(), part["body"].str.contains(entry.pattern)
-        won = part.filter(hit)
-        failed.append(part.filter(~hit).select("_row", "entry_idx"))
-        if won.height == 0:
+            groups, hit = pl.DataFrame(), text.str.contains(entry.pattern)
+        n_won = hit.sum()
+        if n_won < rows.len():
+            failed.append(rows.filter(~hit).to_frame().with_columns(pl.lit(idx, pl.Int32).alias("entry_idx")))
+        if n_won == 0:
             continue
-        captured = groups.filter(hit).select(names) if names else groups
-        matched.append(
-            _extract_entry(won, entry, captured).with_columns(pl.lit(idx, pl.Int32).alias("entry_idx"))
-        )
-        claimed.scatter(won["_row"], True)
-    return _stack(matched, _fields_schema()), _stack(failed, {"_row": pl.UInt32, "entry_idx": pl.Int32})
+        if n_won < rows.len():
+            rows, text = rows.filter(hit), text.filter(hit)
+            groups = groups.filter(hit) if names else groups
+        captured = groups.select(names) if names else groups
+        matched.append(_extract_entry(rows, text, entry, captured, idx))
+        claimed.scatter(rows, True)
+    return matched, failed
 
 
 def _stack(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
     base = pl.DataFrame(schema=schema)
     return pl.concat([base, *frames], how="diagonal_relaxed").select(list(schema)) if frames else base
+
+
+def _in_row_order(frames: list[pl.DataFrame], schema: dict) -> pl.DataFrame:
+    """The entries' field frames as one frame in row order, built column by column: a column no
+    entry has is all NULL; the others are one gather each from the entries that have it (stacking
+    every column of every entry, then sorting, cost more than the regexes of a batch)."""
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    if any(f[c].dtype != schema[c] for f in frames for c in f.columns):  # a stack relaxes the dtype
+        return _stack(frames, schema).sort("_row")
+    heights = [f.height for f in frames]
+    order = pl.concat([f["_row"] for f in frames]).arg_sort()  # output position -> stacked row
+    # per output position: which frame its row is in, and where in that frame
+    frame_of = pl.concat([pl.repeat(k, h, dtype=pl.UInt32, eager=True) for k, h in enumerate(heights)])
+    offset = pl.concat([pl.int_range(h, dtype=pl.Int64, eager=True) for h in heights])
+    frame_of, offset = frame_of.gather(order), offset.gather(order)
+    index: dict[tuple[int, ...], pl.Series] = {}  # the frames having a column -> where to gather it from
+    cols = []
+    for name, dtype in schema.items():
+        having = tuple(k for k, f in enumerate(frames) if name in f.columns)
+        if not having:
+            cols.append(pl.repeat(None, order.len(), dtype=dtype, eager=True).alias(name))
+            continue
+        if having not in index:  # the start of each of those frames in their concatenation
+            at = dict(
+                zip(having, [sum(heights[j] for j in having[:i]) for i in range(len(having))], strict=True)
+            )
+            starts = pl.Series([at.get(k) for k in range(len(frames))], dtype=pl.Int64)  # one per frame
+            index[having] = (starts.gather(frame_of) + offset).cast(pl.UInt32)  # NULL in the other frames
+        values = pl.concat([frames[k][name] for k in having], rechunk=True)
+        cols.append(values.gather(index[having]).alias(name))
+    return pl.DataFrame(cols)
 
 
 def _fields_schema() -> dict:
@@ -720,29 +763,35 @@ def _match_and_extract(df: pl.DataFrame, catalog: Catalog) -> tuple[pl.DataFrame
     Returns the frame and the typed fields of the winning entry per row.
     """
     comp = _compiled(catalog)
-    body = df.select("_row", "body", pl.col("body").str.slice(0, comp.head_len).alias("_head"))
-    hits, misses = _try_entries(_candidates(body, "_head", comp.starts, comp), comp)
-    rest = body.join(hits.select("_row"), on="_row", how="anti")
-    more_hits, more_misses = _try_entries(_candidates(rest, "body", comp.contains, comp), comp)
+    body = df["body"]
+    n = df.height
+    rows = pl.int_range(n, dtype=pl.UInt32, eager=True).alias("_row")  # df's _row is its position
+    claimed = pl.repeat(False, n, eager=True)  # a mask by position, not a growing is_in set
+    head = body.str.slice(0, comp.head_len)
+    hits, misses = _try_entries(_candidates(head, rows, comp.starts, comp), body, claimed, comp)
+    # The `contains` entries see only the rows no `starts_with` entry claimed.
+    rest = rows.filter(~claimed)
+    cand = _candidates(body.gather(rest), rest, comp.contains, comp)
+    more_hits, more_misses = _try_entries(cand, body, claimed, comp)
     # Disjoint: each pass claims a row once, and the second pass saw only rows the first left.
-    hits = pl.concat([hits, more_hits])
-    errors = (
-        pl.concat([misses, more_misses])
-        .join(hits.select("_row"), on="_row", how="anti")
-        .group_by("_row")
-        .agg(pl.col("entry_idx").min().alias("error_idx"))
-    )
+    fields = _in_row_order([*hits, *more_hits], _fields_schema())
+    failed = [*misses, *more_misses]
 
     # By position (df's rows are in _row order): a scatter, not a join that copies every column.
-    def at_rows(frame: pl.DataFrame, col: str) -> pl.Series:  # scatter writes in place: a new series each
-        return (
-            pl.repeat(None, df.height, dtype=pl.Int32, eager=True)
-            .alias(col)
-            .scatter(frame["_row"], frame[col])
-        )
+    def at_rows(at: pl.Series, values: pl.Series, col: str) -> pl.Series:  # a new series each
+        return pl.repeat(None, n, dtype=pl.Int32, eager=True).alias(col).scatter(at, values)
 
-    df = df.with_columns(at_rows(hits, "entry_idx"), at_rows(errors, "error_idx"))
-    return df, hits.drop("entry_idx")
+    error_idx = pl.repeat(None, n, dtype=pl.Int32, eager=True).alias("error_idx")
+    if failed:
+        failed_at = pl.concat(failed)
+        errors = (
+            failed_at.filter(~claimed.gather(failed_at["_row"]))
+            .group_by("_row")
+            .agg(pl.col("entry_idx").min())
+        )
+        error_idx = at_rows(errors["_row"], errors["entry_idx"], "error_idx")
+    df = df.with_columns(at_rows(fields["_row"], fields["entry_idx"], "entry_idx"), error_idx)
+    return df, fields.drop("entry_idx")
 
 
 # --------------------------------------------------------------- extract pass
@@ -767,21 +816,25 @@ def _cast_field(name: str, col: pl.Expr) -> pl.Expr:
     return col.alias(name)
 
 
-def _extract_entry(won: pl.DataFrame, entry: Entry, captured: pl.DataFrame) -> pl.DataFrame:
-    """Typed fields for the rows an entry's pattern matched: its named groups (`captured`, row
-    for row with `won`) and its `fields`; names not in the schema go into `extra`.
+def _extract_entry(
+    rows: pl.Series, text: pl.Series, entry: Entry, captured: pl.DataFrame, idx: int
+) -> pl.DataFrame:
+    """Typed fields for the rows an entry's pattern matched (`rows`, their bodies `text`): its
+    named groups (`captured`, row for row) and its `fields`; names not in the schema go into `extra`.
 
     A field the pattern also captures is taken from the pattern unless that group is empty on
     every row. Text is extracted in one select (polars runs its regexes in parallel) and cast in
     a second: the casts read a value more than once, and eager selects do not share subexpressions.
     """
-    body = pl.col("body")
     names = captured.columns
-    frame = won.select("_row").hstack(captured)
+    frame = captured.insert_column(0, rows.alias("_row")) if names else rows.alias("_row").to_frame()
     empty = {n for n in names if frame[n].null_count() == frame.height}
     regexes = {n: rx for n, rx in entry.fields.items() if n not in names or n in empty}
     if regexes:
-        frame = frame.with_columns(won.select(body.str.extract(rx, 1).alias(n) for n, rx in regexes.items()))
+        body = text.alias("body").to_frame()
+        frame = frame.with_columns(
+            body.select(pl.col("body").str.extract(rx, 1).alias(n) for n, rx in regexes.items())
+        )
     # an entry's constants (`set`): the KVPoll name of an integer state, an upstream timeout's kind
     if entry.constants:
         frame = frame.with_columns(pl.lit(v, pl.String).alias(n) for n, v in entry.constants.items())
@@ -793,7 +846,7 @@ def _extract_entry(won: pl.DataFrame, entry: Entry, captured: pl.DataFrame) -> p
         if extra_names
         else pl.lit(None, pl.String).alias("extra")
     )
-    return frame.select("_row", *typed, extra)
+    return frame.select("_row", *typed, extra, pl.lit(idx, pl.Int32).alias("entry_idx"))
 
 
 # ----------------------------------------------------------- line structure
@@ -998,13 +1051,15 @@ def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     """cont_of = line_id of the head record for the continuation lines of a multi-line record."""
     loose = ~pl.col("_has_prefix") & pl.col("entry_idx").is_null()
     # A loose line after a prefixed line ending with ':' (e.g. "debug info:") continues it too.
-    opens = pl.when(~loose).then(pl.col("body").str.strip_chars_end().str.ends_with(":"))
+    # (`:\s*$`: ends with ':' once trailing whitespace is stripped, without copying every body)
+    opens = pl.when(~loose).then(pl.col("body").str.contains(r":\s*$"))
     # The block a line of an earlier batch opened is still open (while that stream's chain holds).
     open_before = {s: v for s, v in carry.open_block.items() if s in carry.last_head}
     seed_open = pl.col("_stream").replace_strict(open_before, default=False, return_dtype=pl.Boolean)
     df = df.with_columns(opens.forward_fill().over("_stream").alias("_open"))
     in_block = loose & pl.coalesce("_open", seed_open)
-    cont = loose & (pl.col("body").str.contains(CONTINUATION) | in_block) | pl.col("_piece")
+    continues = pl.when(loose).then(pl.col("body")).str.contains(CONTINUATION)  # loose lines only: few
+    cont = loose & (continues | in_block) | pl.col("_piece")
     df = df.with_columns((~cont).alias("_head"))
     seed = pl.col("_stream").replace_strict(carry.last_head, default=None, return_dtype=pl.Int64)
     head_id = pl.coalesce(
@@ -1080,14 +1135,18 @@ def parse_records(
         "app_ts_precision_us", "dp_rank", "tp_rank", "pp_rank", "ep_rank", "message", "event", "entry",
         "parse_error", "cont_of",
     )  # fmt: skip
-    events = (
-        df.filter(pl.col("event").is_not_null())
-        .select("_row", *EVENT_BASE_COLUMNS)
-        .join(fields, on="_row", how="left", maintain_order="left")
-        .drop("_row")
-    )
+    events = _events(df, fields)
     stats, odd = _source_stats(df, opts, carry)
     return Parsed(lines=lines, events=events, stats=stats, odd=odd)
+
+
+def _events(df: pl.DataFrame, fields: pl.DataFrame) -> pl.DataFrame:
+    """The event rows (a catalog entry matched) with their fields. `fields` has exactly those rows,
+    in row order (see _in_row_order): they line up, no join needed."""
+    base = df.select("_row", *EVENT_BASE_COLUMNS).filter(pl.col("event").is_not_null())  # narrow first
+    if not base["_row"].equals(fields["_row"]):  # cannot happen (every entry names an event)
+        return base.join(fields, on="_row", how="left", maintain_order="left").drop("_row")
+    return base.drop("_row").hstack(fields.drop("_row"))
 
 
 STATS_KEY = ["source", "host", "unit"]
