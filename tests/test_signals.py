@@ -3,7 +3,8 @@
 Committed batches are kept, the run is marked `interrupted`, one line is printed, the exit status is
 128 + the signal, and the next ingest completes. The moment is deterministic: the child (the real
 CLI, with small batches) reports on a pipe that its third batch is committed and then waits there;
-the signal arrives while it waits, at that batch boundary.
+the signal arrives while it waits, at that batch boundary (in 0.1 s sleeps: Python runs a
+handler in the main thread only, and a signal delivered to another thread does not cut a sleep short).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def store_batch(con, ingest_id, lines, *rest):
     done.append(lines.height)
     if len(done) == stop_after:
         os.write(int(os.environ["READY_FD"]), b"%d\\n" % sum(done))
-        time.sleep(600)
+        for _ in range(6000):  # short sleeps: a signal the kernel hands to another thread (the
+            time.sleep(0.1)    # parse worker, DuckDB's) is acted on at the next one, not in 600 s
 
 store.store_batch = store_batch
 from pdforensics.cli import main
