@@ -37,6 +37,10 @@ from pdforensics.paths import queries_dir
 
 SQLGLOT_VERSION = "30.30.0"
 
+# Views that translate but do not yet give DuckDB's result on Spark (found by
+# tests/test_spark_equality.py), with the exact construct. Their dependents are not portable either.
+NOT_PORTABLE: dict[str, str] = {}
+
 # Parameters (getvariable names) -> Spark literals; an unset one is NULL, as in DuckDB.
 Params = dict[str, Any]
 # table or view name -> {column: DuckDB type}
@@ -76,6 +80,10 @@ class Translated:
 
 def view_files(root: Path | None = None) -> list[Path]:
     return sorted(((root or queries_dir()) / "views").glob("*.sql"))
+
+
+def views_text(root: Path | None = None) -> str:
+    return "".join(p.read_text(encoding="utf-8") for p in view_files(root))
 
 
 def read_views(root: Path | None = None) -> tuple[list[View], dict[str, Macro]]:
@@ -426,6 +434,45 @@ def _maybe_fractional(node: exp.Expression) -> bool:
     return False
 
 
+def spark_any_value(tree: exp.Expression) -> exp.Expression:
+    """DuckDB's any_value skips NULLs: Spark's `any_value(x, true)` (sqlglot writes `ANY_VALUE(x)
+    IGNORE NULLS`, which Spark cannot parse before a FILTER clause)."""
+
+    def sub(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.IgnoreNulls) and isinstance(node.this, exp.AnyValue):
+            node = node.this
+        if isinstance(node, exp.AnyValue):
+            return exp.Anonymous(this="any_value", expressions=[node.this.copy(), exp.true()])
+        return node
+
+    return tree.transform(sub)
+
+
+def spark_slices(tree: exp.Expression) -> exp.Expression:
+    """DuckDB `list[a:b]` (1-based, both ends kept) -> `slice(list, a, b - a + 1)`."""
+
+    def sub(node: exp.Expression) -> exp.Expression:
+        if not (
+            isinstance(node, exp.Bracket)
+            and len(node.expressions) == 1
+            and isinstance(node.expressions[0], exp.Slice)
+        ):
+            return node
+        sl = node.expressions[0]
+        lo, hi = sl.this, sl.expression
+        if not (
+            isinstance(lo, exp.Literal) and isinstance(hi, exp.Literal) and int(lo.this) >= 1 <= int(hi.this)
+        ):
+            raise NotPortable("a list slice with other than literal bounds >= 1")
+        n = int(hi.this) - int(lo.this) + 1
+        return exp.Anonymous(
+            this="slice",
+            expressions=[node.this.copy(), exp.Literal.number(int(lo.this)), exp.Literal.number(n)],
+        )
+
+    return tree.transform(sub)
+
+
 def spark_types(tree: exp.Expression) -> exp.Expression:
     """UBIGINT (rooms) -> DECIMAL(20,0): the type Spark reads a Parquet UINT_64 as, exactly."""
     for dt in list(tree.find_all(exp.DataType)):
@@ -566,7 +613,16 @@ def translate_view(
     for name, _materialized, step in split_steps(view.name, body):
         step = drop_materialized(step)
         # then the Spark forms
-        for rewrite in (spark_int_casts, spark_types, spark_unnest, spark_asof, spark_lists, spark_format):
+        for rewrite in (
+            spark_slices,
+            spark_int_casts,
+            spark_types,
+            spark_any_value,
+            spark_unnest,
+            spark_asof,
+            spark_lists,
+            spark_format,
+        ):
             step = rewrite(step)
         sql = step.sql(dialect="spark", pretty=True)
         out.append((name, sql))
@@ -583,6 +639,9 @@ def translate_all(
     failed: dict[str, str] = {}
     desc = Describer(con)
     for v in views:
+        if v.name in NOT_PORTABLE:
+            failed[v.name] = NOT_PORTABLE[v.name]
+            continue
         blocked = [d for d in v.deps if d in failed]
         if blocked:
             failed[v.name] = f"reads {', '.join(blocked)}, not portable"
