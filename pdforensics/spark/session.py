@@ -41,6 +41,8 @@ def local_session(cores: int = 2, app: str = "pdforensics") -> Any:
         .config("spark.driver.memory", "1g")
         # off: DuckDB gives NULL for an index past a list's end, ANSI Spark raises
         .config("spark.sql.ansi.enabled", "false")
+        # size(NULL) is NULL, as DuckDB's array_length (not the legacy -1)
+        .config("spark.sql.legacy.sizeOfNull", "false")
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .getOrCreate()

@@ -39,7 +39,11 @@ SQLGLOT_VERSION = "30.30.0"
 
 # Views that translate but do not yet give DuckDB's result on Spark (found by
 # tests/test_spark_equality.py), with the exact construct. Their dependents are not portable either.
-NOT_PORTABLE: dict[str, str] = {}
+NOT_PORTABLE: dict[str, str] = {
+    "verdict": "not yet verified on Spark: the last equality run stopped at list_position() "
+    "(Spark has no LIST_POSITION; now rewritten to nullif(array_position(..), 0)); clear this entry "
+    "when tests/test_spark_equality.py passes with it",
+}
 
 # Parameters (getvariable names) -> Spark literals; an unset one is NULL, as in DuckDB.
 Params = dict[str, Any]
@@ -469,6 +473,18 @@ def spark_slices(tree: exp.Expression) -> exp.Expression:
             this="slice",
             expressions=[node.this.copy(), exp.Literal.number(int(lo.this)), exp.Literal.number(n)],
         )
+
+    return tree.transform(sub)
+
+
+def spark_list_position(tree: exp.Expression) -> exp.Expression:
+    """DuckDB `list_position(l, x)` (NULL when absent) -> `nullif(array_position(l, x), 0)`."""
+
+    def sub(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and node.name.lower() in ("list_position", "array_position"):
+            pos = exp.Anonymous(this="array_position", expressions=[e.copy() for e in node.expressions])
+            return exp.Nullif(this=pos, expression=exp.Literal.number(0))
+        return node
 
     return tree.transform(sub)
 
