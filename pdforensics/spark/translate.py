@@ -489,6 +489,18 @@ def spark_list_position(tree: exp.Expression) -> exp.Expression:
     return tree.transform(sub)
 
 
+def spark_arg_min_max(tree: exp.Expression) -> exp.Expression:
+    """DuckDB `arg_min(x, v)` skips rows whose x is NULL (arg_min_null keeps them); Spark's min_by
+    does not, but skips NULL orderings: `min_by(x, CASE WHEN x IS NOT NULL THEN v END)`."""
+    for node in list(tree.find_all(exp.ArgMin, exp.ArgMax)):
+        x, v = node.this, node.expression
+        guarded = exp.Case(
+            ifs=[exp.If(this=exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())), true=v.copy())]
+        )
+        node.set("expression", guarded)
+    return tree
+
+
 def spark_types(tree: exp.Expression) -> exp.Expression:
     """UBIGINT (rooms) -> DECIMAL(20,0): the type Spark reads a Parquet UINT_64 as, exactly."""
     for dt in list(tree.find_all(exp.DataType)):
