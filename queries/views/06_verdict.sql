@@ -579,7 +579,7 @@ reasons AS MATERIALIZED (
     SELECT 31, 'undecided',
         'the prefill inflight queue was never observed: no prefill line in the window'
         || CASE WHEN c.decode_logged THEN ' (only the decode''s lines: export or collect the prefill''s too)' ELSE '' END
-    FROM c, window_lines AS wl WHERE len(c.prefill_hosts) = 0 AND wl.n > 0
+    FROM c, window_lines AS wl WHERE array_length(c.prefill_hosts) = 0 AND wl.n > 0
     UNION ALL
     SELECT 31, 'undecided',
         format('the prefill inflight queue was never observed on {}: no batch line with #inflight-req and no request line in the window (a non-PD server, or its stats lines were not collected; check --unit and --since cover the prefill)',
