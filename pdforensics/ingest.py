@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -343,7 +343,7 @@ def _pipeline(
             _commit(con, ingest_id, done.result(), summary, context, remap, progress)
 
     try:
-        for batch in _keeping(batches, lambda: _flush()):
+        for batch in _keeping(batches, _flush):
             ahead = pool.submit(prepare, batch)
             if pending is not None:
                 _commit(con, ingest_id, pending.result(), summary, context, remap, progress)
@@ -470,18 +470,15 @@ def _drop_stored_meanwhile(
     in this batch and in every later one (`remap`)."""
     if remap and parsed.lines.height:
         old, new = list(remap), list(remap.values())
-        parsed.lines = parsed.lines.with_columns(pl.col("cont_of").replace(old, new))
+        parsed = replace(parsed, lines=parsed.lines.with_columns(pl.col("cont_of").replace(old, new)))
     if not parsed.lines.height:
         return parsed, 0
     ids = store.known_lines(con, parsed.lines.select(_KEY))
     if not ids.height:
         return parsed, 0
-    pairs = parsed.lines.select("line_id", *_KEY).join(ids.rename({"line_id": "stored_id"}), on=_KEY)
-    remap.update(zip(pairs["line_id"].to_list(), pairs["stored_id"].to_list(), strict=True))
-    lines = parsed.lines.join(ids.select(_KEY), on=_KEY, how="anti", maintain_order="left")
-    lines = lines.with_columns(pl.col("cont_of").replace(list(remap), list(remap.values())))
-    events = parsed.events.join(lines.select("line_id"), on="line_id", how="semi", maintain_order="left")
-    return Parsed(lines=lines, events=events, stats=parsed.stats, odd=parsed.odd), ids.height
+    parsed, mapping = _drop_stored(parsed, ids)
+    remap.update(mapping)
+    return parsed, ids.height
 
 
 _COUNTS = ["lines", "no_prefix", "no_time", "inherited_time", "time_only", "joined"]
@@ -517,15 +514,22 @@ def _finish_stats(con: duckdb.DuckDBPyConnection, summary: IngestSummary, parts_
 
 def _without_known(parsed: Parsed, ids: pl.DataFrame, carry: StreamCarry) -> Parsed:
     """Drop the lines parsed only as context; links to them point at their stored line_ids."""
+    parsed, mapping = _drop_stored(parsed, ids)
+    for stream, head in carry.last_head.items():
+        carry.last_head[stream] = mapping.get(head, head)
+    return parsed
+
+
+def _drop_stored(parsed: Parsed, ids: pl.DataFrame) -> tuple[Parsed, dict[int, int]]:
+    """`parsed` without the lines `ids` (source_key, seq, line_id) says are stored, continuation
+    links to them repointed at the stored line_ids; and that mapping, parsed id -> stored id."""
     pairs = parsed.lines.select("line_id", *_KEY).join(ids.rename({"line_id": "stored_id"}), on=_KEY)
     old, new = pairs["line_id"], pairs["stored_id"]
     lines = parsed.lines.join(ids.select(_KEY), on=_KEY, how="anti", maintain_order="left")
     lines = lines.with_columns(pl.col("cont_of").replace(old, new))
     events = parsed.events.join(lines.select("line_id"), on="line_id", how="semi", maintain_order="left")
     mapping = dict(zip(old.to_list(), new.to_list(), strict=True))
-    for stream, head in carry.last_head.items():
-        carry.last_head[stream] = mapping.get(head, head)
-    return Parsed(lines=lines, events=events, stats=parsed.stats, odd=parsed.odd)
+    return Parsed(lines=lines, events=events, stats=parsed.stats, odd=parsed.odd), mapping
 
 
 def _inside_window(parsed: Parsed, window: Window) -> tuple[Parsed, int]:

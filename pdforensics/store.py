@@ -432,25 +432,19 @@ def query_pl(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = Non
 
 
 @contextmanager
-def memory_limit(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
-    """DuckDB's memory limit set to `limit` while the block runs, then restored."""
-    with _setting(con, "memory_limit", f"'{limit}'"):
-        yield
-
-
-@contextmanager
 def bulk_load(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
     """Settings for an ingest: `memory_limit`, and no insertion-order bookkeeping.
 
     store_batch hands DuckDB each table as one Arrow chunk, which one thread scans in order, so the
     rows still land in line_id order; DuckDB's order-preserving insert machinery costs ~25 % of the
     insert CPU (measured on a 500k-line batch of the benchmark's input) and buys nothing here."""
-    with _setting(con, "memory_limit", f"'{limit}'"), _setting(con, "preserve_insertion_order", "false"):
+    with setting(con, "memory_limit", f"'{limit}'"), setting(con, "preserve_insertion_order", "false"):
         yield
 
 
 @contextmanager
-def _setting(con: duckdb.DuckDBPyConnection, name: str, value: str) -> Iterator[None]:
+def setting(con: duckdb.DuckDBPyConnection, name: str, value: str) -> Iterator[None]:
+    """DuckDB setting `name` set to the SQL literal `value` while the block runs, then restored."""
     row = con.execute(f"SELECT current_setting('{name}')").fetchone()
     con.execute(f"SET {name} = {value}")
     try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from pdforensics import store
 from pdforensics.errors import DatabaseError, UsageError
 from pdforensics.paths import queries_dir
 
@@ -205,12 +206,8 @@ def materialised(con: duckdb.DuckDBPyConnection, views: tuple[str, ...] = _MATER
 def _shadow(con: duckdb.DuckDBPyConnection, catalog: str, name: str) -> None:
     # The rows' order is never relied on (every reader that needs one says ORDER BY), and writing
     # them unordered is ~15 % cheaper for `requests`; the session's own setting is put back.
-    row = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()
-    con.execute("SET preserve_insertion_order = false")
-    try:
+    with store.setting(con, "preserve_insertion_order", "false"):
         con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS SELECT * FROM "{catalog}".main."{name}"')
-    finally:
-        con.execute(f"SET preserve_insertion_order = {'true' if row and row[0] else 'false'}")
 
 
 def _params(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
