@@ -1,8 +1,8 @@
 """`python bench/ingest_bench.py`: ingest speed beside lnav, polars, DuckDB, `grep` and `journalctl`.
 
     python bench/ingest_bench.py --sizes 1M,10M --runs 3,1   # the published table (docs/benchmark.md)
-    python bench/ingest_bench.py --sizes 1M --runs 1 --dir /work/benchdata --db-dir /tmp/bench-db
-                                                            # the shared cached inputs, read only
+    python bench/ingest_bench.py --sizes 1M --runs 1 --dir INPUTS --db-dir /tmp/bench-db
+                                                            # inputs cached earlier, read only
     python bench/ingest_bench.py --quick                     # a smoke run in seconds (what the test runs)
 
 For each size the simulator writes one incident (`decode_restart_old_build`, scaled to about that
@@ -921,7 +921,7 @@ def main(argv: list[str] | None = None) -> int:
         "--db-dir",
         type=Path,
         help="databases, lnav's home and the report (default: --dir); another directory makes --dir "
-        "read-only: its inputs must be cached, e.g. --dir /work/benchdata --db-dir /tmp/bench-db",
+        "read-only: its inputs must be cached, e.g. --dir INPUTS --db-dir /tmp/bench-db",
     )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results")
     ap.add_argument("--only", choices=("plain", "journal"), help="one input format only")

@@ -2,7 +2,8 @@
 
     python bench/journal_reader.py reader|python-systemd|journalctl|source|ingest [UNIT_GLOB ...]
 
-On the benchmark's journal files (JOURNALS, default /work/benchdata/journal-1M/*.journal; NFILES
+On the benchmark's journal files (JOURNALS, default the bench's cache:
+bench/results/work/journal-1M/*.journal; NFILES
 limits how many). Each mode is one measurement (run one at a time): wall, CPU of this process
 and its children (RUSAGE_CHILDREN), entries/s, the load average.
 - reader: JournalFile alone, every entry's raw frame (cursor + ENTRY_FIELDS).
@@ -24,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-FILES = sorted(glob.glob(os.environ.get("JOURNALS", "/work/benchdata/journal-1M/*.journal")))[
+FILES = sorted(glob.glob(os.environ.get("JOURNALS", "bench/results/work/journal-1M/*.journal")))[
     : int(os.environ.get("NFILES", "100"))
 ]
 
