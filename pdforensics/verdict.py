@@ -343,16 +343,33 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
     ensure_views(con)
     apply_options(con, options)
     with materialised(con, _VERDICT_VIEWS):
-        v = _rows(con, "SELECT * FROM verdict")[0]
-        holes = _rows(
-            con,
-            "SELECT hole_id, kind, host, engine, from_t, to_t, detail, covered, suspects, decisive "
-            "FROM coverage ORDER BY from_t",
-        )
-        anon = _rows(con, "SELECT * FROM anonymous_pins ORDER BY host")
-        storms = _rows(con, "SELECT * FROM abort_storms ORDER BY from_t")
-        restarts = _rows(con, "SELECT * FROM engine_restarts ORDER BY stop_t")
-        offsets = _rows(con, "SELECT * FROM host_offsets ORDER BY host")
+        return verdict_from_relations(con)
+
+
+# The relations `verdict_from_relations` reads: the views' answer, whichever engine computed it.
+ANSWER_RELATIONS = (
+    "verdict",
+    "coverage",
+    "anonymous_pins",
+    "abort_storms",
+    "engine_restarts",
+    "host_offsets",
+)
+
+
+def verdict_from_relations(con: duckdb.DuckDBPyConnection) -> Verdict:
+    """Assemble a `Verdict` from the rows of `ANSWER_RELATIONS` as `con` resolves them: the
+    installed views, or tables of another engine's results (the Spark path) under those names."""
+    v = _rows(con, "SELECT * FROM verdict")[0]
+    holes = _rows(
+        con,
+        "SELECT hole_id, kind, host, engine, from_t, to_t, detail, covered, suspects, decisive "
+        "FROM coverage ORDER BY from_t",
+    )
+    anon = _rows(con, "SELECT * FROM anonymous_pins ORDER BY host")
+    storms = _rows(con, "SELECT * FROM abort_storms ORDER BY from_t")
+    restarts = _rows(con, "SELECT * FROM engine_restarts ORDER BY stop_t")
+    offsets = _rows(con, "SELECT * FROM host_offsets ORDER BY host")
     firings = [
         {k: w[k] for k in _FIRING_COLUMNS} | {"bootstrap_room": str(w["bootstrap_room"])}
         for w in v["watchdog_firing_rows"] or []
