@@ -7,6 +7,7 @@ call so each is computed a single time, and turns the rows into a `Verdict` / `T
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import re
@@ -18,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from pdforensics import store
+from pdforensics import fleet, store
 from pdforensics.errors import DatabaseError, UsageError
 from pdforensics.paths import queries_dir
 
@@ -32,6 +33,9 @@ CLASSES = (
     "in_flight",
 )  # fmt: skip
 VERDICTS = ("watchdog_missed", "watchdog_fired", "nothing_stuck", "inconclusive")
+# Worst first: a fleet's verdict is the worst of its prefill instances' (the design's order of
+# the first match: something missed outranks what cannot be told, which outranks a firing).
+SEVERITY = ("watchdog_missed", "inconclusive", "watchdog_fired", "nothing_stuck")
 
 # Views computed once per call (in dependency order) because several others read them. room_facts
 # is not among them: `requests` computes it once itself (a MATERIALIZED step), and a temporary
@@ -258,6 +262,7 @@ class Verdict:
     stuck_elsewhere: list[dict[str, Any]] = field(
         default_factory=list
     )  # frozen queues outside the watchdog's
+    instances: list[dict[str, Any]] = field(default_factory=list)  # per prefill instance, worst first
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` contract (keys documented in the issue); extra keys come after them."""
@@ -286,6 +291,7 @@ class Verdict:
             "observed": self.observed,
             "stuck_elsewhere": self.stuck_elsewhere,
             "window_basis": self.window_basis,
+            "instances": self.instances,
         }
 
 
@@ -339,11 +345,80 @@ def _times(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | None = None) -> Verdict:
-    """The window's verdict, its reasons, counts and every request that did not complete."""
+    """The window's verdict, its reasons, counts and every request that did not complete; with
+    several prefill instances, each one's own judgement and the worst of them as the verdict."""
     ensure_views(con)
     apply_options(con, options)
     with materialised(con, _VERDICT_VIEWS):
-        return verdict_from_relations(con)
+        whole = verdict_from_relations(con)
+        hosts = fleet.prefill_instances(con)
+    if len(hosts) < 2:
+        whole.instances = [_instance_json(h, whole) for h in hosts]
+        return whole
+    offsets = {o["host"]: int(o["offset_us"] or 0) for o in whole.host_offsets}
+    judged = [_instance_json(h, _judge_instance(con, h, whole, options, offsets.get(h, 0))) for h in hosts]
+    return _worst_of(whole, sorted(judged, key=lambda i: (SEVERITY.index(i["verdict"]), i["host"])))
+
+
+def _judge_instance(
+    con: duckdb.DuckDBPyConnection, host: str, whole: Verdict, options: VerdictOptions | None, offset_us: int
+) -> Verdict:
+    """One prefill instance judged by the same views over its scope (fleet.instance_scope), in the
+    whole window: its bounds moved onto the instance's clock (the scope's reference clock)."""
+    opts = dataclasses.replace(
+        options or VerdictOptions(),
+        since_us=None if whole.window_start_us is None else whole.window_start_us + offset_us,
+        until_us=None if whole.window_end_us is None else whole.window_end_us + offset_us,
+    )
+    with fleet.instance_scope(con, host, ensure_views) as cur:
+        apply_options(cur, opts)
+        if opts.watchdog_timeout_s is None and whole.timeout_source != "default":
+            # an instance whose lines show no timeout is held to the one the fleet's lines show
+            cur.execute("SET VARIABLE pdf_fleet_timeout_s = ?", [whole.timeout_s])
+            cur.execute(
+                "SET VARIABLE pdf_fleet_timeout_basis = ?", [f"{whole.timeout_source} elsewhere in the fleet"]
+            )
+        with materialised(cur, _VERDICT_VIEWS):
+            return verdict_from_relations(cur)
+
+
+def _instance_json(host: str, v: Verdict) -> dict[str, Any]:
+    return {
+        "host": host,
+        "engine": "prefill",
+        "verdict": v.verdict,
+        "watchdog": {
+            "deployed": v.deployed,
+            "timeout_s": v.timeout_s,
+            "timeout_source": v.timeout_source,
+            "deployed_basis": v.deployed_basis,
+            "firings": len(v.firings),
+            "recovery": v.recovery,
+        },
+        "evidence_level": v.evidence_level,
+        "counts": v.counts,
+        "reasons": v.reasons,
+    }
+
+
+def _worst_of(whole: Verdict, instances: list[dict[str, Any]]) -> Verdict:
+    """The window's verdict: the worst of the instances' and the whole window's own judgement
+    (which also holds what no instance claims). When an instance is worse, its deciding reason
+    comes first; a line names every instance's verdict."""
+    worst = min([whole.verdict, *(i["verdict"] for i in instances)], key=SEVERITY.index)
+    by_verdict: dict[str, list[str]] = {}
+    for i in instances:
+        by_verdict.setdefault(i["verdict"], []).append(i["host"] or "?")
+    summary = f"{len(instances)} prefill instances, the verdict is the worst: " + "; ".join(
+        f"{verdict} on {len(hosts)} ({', '.join(hosts)})" for verdict, hosts in by_verdict.items()
+    )
+    reasons = list(whole.reasons)
+    if worst != whole.verdict:
+        first = instances[0]
+        reasons = [f"{first['host'] or '?'}: {r}" for r in first["reasons"][:1]] + reasons
+    return dataclasses.replace(
+        whole, verdict=worst, reasons=[*reasons[:1], summary, *reasons[1:]], instances=instances
+    )
 
 
 # The relations `verdict_from_relations` reads: the views' answer, whichever engine computed it.

@@ -25,6 +25,11 @@
 --                            (`systemctl show -p Environment`: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT),
 --                            and that unit. Configuration, not proof of arming: an armed line, or a
 --                            prefill start without one, says more.
+--   pdf_instance             the prefill host one fleet instance's judgement is scoped to
+--                            (08_instances.sql; pdforensics.verdict sets it on its own connection).
+--   pdf_fleet_timeout_s, pdf_fleet_timeout_basis   for one instance of a fleet: the timeout the
+--                            other instances' lines show, used when the instance's own lines show
+--                            none (builds differ; the operator's expectation is the fleet's).
 --   pdf_storm_min_aborts, pdf_storm_gap_s   an abort storm is at least N aborted requests with
 --                            no gap longer than S seconds between them. Defaults 10 and 5 s.
 --
@@ -67,7 +72,9 @@ SELECT
     300.0::DOUBLE AS default_timeout_s,
     getvariable('pdf_context_s')::DOUBLE AS context_s,
     getvariable('pdf_env_timeout_s')::DOUBLE AS env_timeout_s,
-    getvariable('pdf_env_unit')::VARCHAR AS env_unit;
+    getvariable('pdf_env_unit')::VARCHAR AS env_unit,
+    getvariable('pdf_fleet_timeout_s')::DOUBLE AS fleet_timeout_s,
+    getvariable('pdf_fleet_timeout_basis')::VARCHAR AS fleet_timeout_basis;
 
 -- The window on each host's own clock: --since/--until when given, else the window of the last
 -- ingest that stored lines (its own --since/--until, else the span of the lines it stored) and of

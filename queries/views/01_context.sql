@@ -252,12 +252,14 @@ st AS MATERIALIZED (
             WHEN w.operator_timeout_s IS NOT NULL THEN 'no armed line in the data; the operator stated a timeout'
             ELSE 'no armed line and no prefill start in the data'
         END AS deployed_basis,
-        coalesce(w.operator_timeout_s, armed.timeout_s, w.env_timeout_s, fired.timeout_s, w.default_timeout_s) AS timeout_s,
+        coalesce(w.operator_timeout_s, armed.timeout_s, w.env_timeout_s, fired.timeout_s, w.fleet_timeout_s, w.default_timeout_s)
+            AS timeout_s,
         CASE
             WHEN w.operator_timeout_s IS NOT NULL THEN 'the operator: --watchdog-timeout'
             WHEN armed.timeout_s IS NOT NULL THEN 'armed line'
             WHEN w.env_timeout_s IS NOT NULL THEN 'unit environment'
             WHEN fired.timeout_s IS NOT NULL THEN 'firing lines'
+            WHEN w.fleet_timeout_s IS NOT NULL THEN 'fleet: ' || coalesce(w.fleet_timeout_basis, 'other instances')
             ELSE 'default'
         END AS timeout_source,
         armed.n AS armed_lines, armed.last_us AS armed_at_us, fired.n AS firing_lines,

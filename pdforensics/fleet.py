@@ -1,0 +1,63 @@
+"""Fleets: the lines and events of one prefill instance, for a judgement of its own.
+
+A deployment of several prefill and decode instances is judged per prefill instance (a prefill
+host), and the window's verdict is the worst of them: one healthy prefill must not hide a pinned
+one, and builds (watchdog or not, its timeout) differ across a fleet. Which rows belong to an
+instance is a rule, so it lives in SQL (`queries/views/08_instances.sql`); this module only puts
+that scope in front of the same views, on a connection of its own: temporary tables `lines` and
+`events` of the instance's rows win name resolution over the stored tables, and the summaries
+folded at ingest (rooms, per-second counts: folded across instances) are shadowed empty, so the
+views recompute what they need from the scoped rows (fold.py: the summaries only make a verdict
+faster, never different).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import duckdb
+
+# Folded at ingest over every instance's lines: shadowed empty inside a scope.
+_SUMMARIES = ("rooms", "line_seconds", "event_seconds")
+
+
+def prefill_instances(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The prefill hosts the window holds lines of (the `context` the caller has computed)."""
+    rows = con.execute("SELECT DISTINCT unnest(prefill_hosts) AS h FROM context ORDER BY h").fetchall()
+    return [r[0] for r in rows]
+
+
+@contextmanager
+def instance_scope(
+    con: duckdb.DuckDBPyConnection, host: str, ensure_views: Callable[[duckdb.DuckDBPyConnection], None]
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to the same database on which the views see only `host`'s scope.
+
+    Session variables and temporary tables are per connection in DuckDB, so the caller's own
+    (its window, its materialised views) are untouched; set the views' options on the one yielded.
+    `ensure_views` makes the views available on it (temporary views are per connection too).
+    """
+    catalog = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    cur = con.cursor()
+    try:
+        ensure_views(cur)
+        cur.execute("SET VARIABLE pdf_instance = ?", [host])
+        # lines first: instance_events reads the stored events, which the temporary table then hides
+        for name in ("lines", "events"):
+            cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM instance_{name}')
+        stored = {
+            r[0]
+            for r in cur.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND NOT temporary", [catalog]
+            ).fetchall()
+        }
+        for name in _SUMMARIES:
+            if name in stored:
+                cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{catalog}".main."{name}" LIMIT 0')
+        cur.execute(
+            f"""CREATE TEMP TABLE meta AS SELECT * FROM "{catalog}".main.meta WHERE key <> 'folded_upto'"""
+        )
+        yield cur
+    finally:
+        cur.close()
