@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from verdict_helpers import DECODE, PREFILL, Log, room
+from verdict_helpers import DECODE, PREFILL, Log, S, room
 
 A = PREFILL  # gpu-a, named by the router as 10.0.0.1
 C = {
@@ -33,10 +33,11 @@ def receive(log: Log, t: float, who: dict, r: int, rid: str, via: str) -> None:
             rid=rid, bootstrap_room=r, bootstrap_host=ADDRESS[via])  # fmt: skip
 
 
-def completed(log: Log, t: float, r: int, p: dict) -> None:
+def completed(log: Log, t: float, r: int, p: dict, d: dict = DECODE, skew: float = 0.0) -> None:
+    """Both legs, the decode's on a clock `skew` seconds ahead."""
     receive(log, t, p, r, f"p{r}", p["host"])
-    receive(log, t + 0.001, DECODE, r, f"d{r}", p["host"])
-    log.finish(t + 0.5, p, r, f"p{r}").finish(t + 3, DECODE, r, f"d{r}")
+    receive(log, t + 0.001 + skew, d, r, f"d{r}", p["host"])
+    log.finish(t + 0.5, p, r, f"p{r}").finish(t + 3 + skew, d, r, f"d{r}")
 
 
 def pinned(log: Log, t: float, r: int, p: dict, rid: str = "") -> None:
@@ -157,3 +158,30 @@ def test_one_prefill_is_one_instance_with_the_window_verdict(log: Log) -> None:
     assert [(i["host"], i["verdict"]) for i in v.instances] == [("gpu-a", v.verdict)]
     assert v.instances[0]["counts"] == v.counts
     assert v.to_json()["instances"] == v.instances
+
+
+def test_a_decode_the_reference_prefill_never_sent_to_is_placed_through_another_prefill(log: Log) -> None:
+    """gpu-a (the busiest prefill: the reference clock) sends only to gpu-b; gpu-c sends to gpu-b
+    and to gpu-d, whose clock runs 5 s ahead: gpu-d is placed through gpu-c, not assumed at 0."""
+    d2 = {
+        "host": "gpu-d",
+        "unit": "sglang-decode.service",
+        "engine": "decode",
+        "pid": 4400,
+        "invocation_id": "inv-d2",
+    }
+    traffic(log, A, 100, every=10)
+    traffic(log, C, 500)
+    t = 7.0
+    for n in range(15):
+        completed(log, t, room(900 + n), C, d2, skew=5.0)
+        t += 20
+    batches(log, A, [])
+    batches(log, C, [])
+    v = log.verdict()
+    by_host = {o["host"]: o for o in v.host_offsets}
+    assert by_host["gpu-a"]["method"] == "reference"
+    assert by_host["gpu-c"]["method"] == "receive pairs via decode"
+    assert by_host["gpu-d"]["method"] == "receive pairs via prefill"
+    assert abs(by_host["gpu-d"]["offset_us"] - 5 * S) < 10_000
+    assert v.verdict == "nothing_stuck"

@@ -65,6 +65,7 @@ ref AS MATERIALIZED (
     SELECT host FROM recv WHERE engine = 'prefill'
     GROUP BY host ORDER BY count(*) DESC, host LIMIT 1
 ),
+ref_offset AS (SELECT host, 0::BIGINT AS offset_us FROM ref),
 pairs AS MATERIALIZED (
     SELECT p.room, p.host AS p_host, d.host AS d_host, d.recv_us - p.recv_us AS recv_diff
     FROM recv AS p JOIN recv AS d ON d.room = p.room AND d.by_line = p.by_line
@@ -83,11 +84,45 @@ decode_hosts AS MATERIALIZED (
     WHERE x.d_host <> x.p_host
     GROUP BY x.d_host
 ),
-other_prefill AS (
+other_prefill AS MATERIALIZED (
     -- other prefill hosts, through the decode hosts already placed on the reference clock
     SELECT x.p_host AS host, median(d.offset_us - x.recv_diff)::BIGINT AS offset_us, count(*) AS pairs
     FROM pairs AS x JOIN decode_hosts AS d ON d.host = x.d_host
     WHERE x.p_host NOT IN (SELECT host FROM ref) AND x.p_host NOT IN (SELECT host FROM decode_hosts)
+    GROUP BY x.p_host
+),
+-- A fleet: a router pairs every prefill with several decodes, so a decode the reference prefill
+-- never sent to is placed through the prefills placed so far, and so on, two more rounds (any
+-- host within six pairings of the reference; a host further off keeps offset 0, 'assumed').
+prefill_1 AS MATERIALIZED (SELECT host, offset_us FROM ref_offset UNION ALL SELECT host, offset_us FROM other_prefill),
+decode_2 AS MATERIALIZED (
+    SELECT x.d_host AS host, least(median(x.recv_diff + p.offset_us), min(f.done_diff + p.offset_us))::BIGINT AS offset_us,
+        count(*) AS pairs
+    FROM pairs AS x JOIN prefill_1 AS p ON p.host = x.p_host LEFT JOIN finish_pairs AS f ON f.room = x.room
+    WHERE x.d_host <> x.p_host AND x.d_host NOT IN (SELECT host FROM decode_hosts) AND x.d_host NOT IN (SELECT host FROM prefill_1)
+    GROUP BY x.d_host
+),
+prefill_2 AS MATERIALIZED (
+    SELECT x.p_host AS host, median(d.offset_us - x.recv_diff)::BIGINT AS offset_us, count(*) AS pairs
+    FROM pairs AS x JOIN decode_2 AS d ON d.host = x.d_host
+    WHERE x.p_host NOT IN (SELECT host FROM prefill_1) AND x.p_host NOT IN (SELECT host FROM decode_hosts)
+      AND x.p_host NOT IN (SELECT host FROM decode_2)
+    GROUP BY x.p_host
+),
+decode_3 AS MATERIALIZED (
+    SELECT x.d_host AS host, least(median(x.recv_diff + p.offset_us), min(f.done_diff + p.offset_us))::BIGINT AS offset_us,
+        count(*) AS pairs
+    FROM pairs AS x JOIN prefill_2 AS p ON p.host = x.p_host LEFT JOIN finish_pairs AS f ON f.room = x.room
+    WHERE x.d_host <> x.p_host AND x.d_host NOT IN (SELECT host FROM decode_hosts) AND x.d_host NOT IN (SELECT host FROM decode_2)
+      AND x.d_host NOT IN (SELECT host FROM prefill_1) AND x.d_host NOT IN (SELECT host FROM prefill_2)
+    GROUP BY x.d_host
+),
+prefill_3 AS MATERIALIZED (
+    SELECT x.p_host AS host, median(d.offset_us - x.recv_diff)::BIGINT AS offset_us, count(*) AS pairs
+    FROM pairs AS x JOIN decode_3 AS d ON d.host = x.d_host
+    WHERE x.p_host NOT IN (SELECT host FROM prefill_1) AND x.p_host NOT IN (SELECT host FROM prefill_2)
+      AND x.p_host NOT IN (SELECT host FROM decode_hosts) AND x.p_host NOT IN (SELECT host FROM decode_2)
+      AND x.p_host NOT IN (SELECT host FROM decode_3)
     GROUP BY x.p_host
 ),
 placed AS MATERIALIZED (
@@ -96,6 +131,14 @@ placed AS MATERIALIZED (
     SELECT host, offset_us, pairs, 'receive pairs' FROM decode_hosts
     UNION ALL
     SELECT host, offset_us, pairs, 'receive pairs via decode' FROM other_prefill
+    UNION ALL
+    SELECT host, offset_us, pairs, 'receive pairs via prefill' FROM decode_2
+    UNION ALL
+    SELECT host, offset_us, pairs, 'receive pairs via decode' FROM prefill_2
+    UNION ALL
+    SELECT host, offset_us, pairs, 'receive pairs via prefill' FROM decode_3
+    UNION ALL
+    SELECT host, offset_us, pairs, 'receive pairs via decode' FROM prefill_3
 ),
 host_lines AS MATERIALIZED (
     -- first/last: the host's lines in the window (with 10 minutes of slack for its offset); the
