@@ -528,6 +528,12 @@ def render_text(v: Verdict, max_requests: int = 200) -> str:
         "",
         "counts: " + ", ".join(f"{k} {n:,}" for k, n in v.counts.items()),
     ]
+    if len(v.instances) > 1:
+        out += [
+            "",
+            f"prefill instances ({len(v.instances)}, worst first):",
+            *map(_instance_line, v.instances),
+        ]
     if v.requests:
         out += ["", f"requests not completed ({len(v.requests):,}):"]
         out.append(
@@ -543,6 +549,17 @@ def render_text(v: Verdict, max_requests: int = 200) -> str:
         if len(v.requests) > max_requests:
             out.append(f"  ... {len(v.requests) - max_requests:,} more (--json lists them all)")
     return "\n".join(out)
+
+
+def _instance_line(i: dict[str, Any]) -> str:
+    wd, c = i["watchdog"], i["counts"]
+    deployed = {True: "watchdog", False: "no watchdog"}.get(wd["deployed"], "watchdog unknown")
+    timeout = "?" if wd["timeout_s"] is None else f"{wd['timeout_s']:g} s"
+    return (
+        f"  {i['host'] or '?':<20} {i['verdict']:<16} {deployed} ({timeout}), {c['requests']:,} requests: "
+        f"{c['silent_pin']:,} silent pin, {c['watchdog_fired']:,} fired, {c['undecided']:,} undecided, "
+        f"{c['anonymous_pins']:,} anonymous"
+    )
 
 
 # ------------------------------------------------------------------ timeline

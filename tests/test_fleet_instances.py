@@ -185,3 +185,15 @@ def test_a_decode_the_reference_prefill_never_sent_to_is_placed_through_another_
     assert by_host["gpu-d"]["method"] == "receive pairs via prefill"
     assert abs(by_host["gpu-d"]["offset_us"] - 5 * S) < 10_000
     assert v.verdict == "nothing_stuck"
+
+
+def test_the_terminal_lists_the_instances_worst_first(log: Log) -> None:
+    from pdforensics.verdict import render_text
+
+    healthy_and_pinned(log)
+    text = render_text(log.verdict())
+    head, _, rest = text.partition("prefill instances (2, worst first):\n")
+    assert head.startswith("verdict: watchdog_missed")
+    lines = rest.splitlines()
+    assert lines[0].split()[:2] == ["gpu-c", "watchdog_missed"] and "1 silent pin" in lines[0]
+    assert lines[1].split()[:2] == ["gpu-a", "nothing_stuck"]

@@ -240,3 +240,34 @@ def test_an_empty_window_in_the_browser_names_what_to_check(browser: Any, tmp_pa
         assert page.inner_text("#js-error") == ""
     finally:
         page.close()
+
+
+def test_a_fleet_row_shows_that_instances_requests(browser: Any, tmp_path: Path) -> None:
+    """Two prefill instances: the fleet table lists them worst first; a row drills into the
+    requests table, narrowed to that prefill host, and its chip shows every request again."""
+    from test_fleet_instances import healthy_and_pinned
+    from verdict_helpers import Log
+
+    log = Log(tmp_path / "fleet.duckdb")
+    healthy_and_pinned(log)
+    log.close()
+    p = Page(browser, _write(tmp_path / "fleet.duckdb", tmp_path / "fleet.html", False))
+    try:
+        pg = p.page
+        hosts = pg.locator("#tbl-instances tbody tr td:nth-child(1)").all_inner_texts()
+        verdicts = pg.locator("#tbl-instances tbody tr td:nth-child(2)").all_inner_texts()
+        assert list(zip(hosts, verdicts, strict=True)) == [
+            ("gpu-c", "watchdog_missed"),
+            ("gpu-a", "nothing_stuck"),
+        ]
+        every = pg.locator("#tbl-requests tbody tr").count()
+        pg.locator("#tbl-instances tbody tr", has_text="gpu-c").click()
+        pg.wait_for_function("document.querySelector('#tbl-requests .chip-exact').hidden === false")
+        col = pg.locator("#tbl-requests th").all_inner_texts().index("prefill host") + 1
+        shown = pg.locator(f"#tbl-requests tbody tr td:nth-child({col})").all_inner_texts()
+        assert shown and set(shown) == {"gpu-c"} and len(shown) < every
+        pg.locator("#tbl-requests .chip-exact").click()
+        pg.wait_for_function(f"document.querySelectorAll('#tbl-requests tbody tr').length === {every}")
+        assert not p.errors
+    finally:
+        p.close()

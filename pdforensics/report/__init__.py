@@ -132,6 +132,7 @@ def _assemble(
         gantt = figures.gantt(lanes, window, restarts)
         req_table, req_rows = data.requests_table(ctx)
         tables = [
+            *filter(None, [data.instances_table(verdict)]),
             data.pins_table(ctx), data.gauge_floor_table(ctx), data.firings_table(ctx),
             data.abort_races_table(ctx), data.storms_table(ctx, storms), data.failures_table(ctx),
             data.holes_table(ctx, holes), data.restarts_table(restarts), req_table,

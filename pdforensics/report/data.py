@@ -570,6 +570,36 @@ def restarts_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return table("restarts", "Engine restarts", cols, rows, room=None)
 
 
+def instances_table(verdict: dict[str, Any]) -> dict[str, Any] | None:
+    """A fleet: one row per prefill instance, worst first (the verdict's `instances`); a row
+    drills into the requests table, filtered to that prefill host. None for a single prefill."""
+    instances = verdict.get("instances") or []
+    if len(instances) < 2:
+        return None
+    rows = []
+    for i in instances:
+        wd, counts = i["watchdog"], i["counts"]
+        rows.append({
+            "host": i["host"] or "?", "verdict": i["verdict"],
+            "deployed": {True: "yes", False: "no"}.get(wd["deployed"], "unknown"),
+            "timeout_s": wd["timeout_s"], "timeout_source": wd["timeout_source"], "firings": wd["firings"],
+            "recovery": wd["recovery"], **{k: counts.get(k, 0) for k in _INSTANCE_COUNTS},
+            "reason": (i["reasons"] or [""])[0],
+        })  # fmt: skip
+    cols = [("host", "prefill host", "text"), ("verdict", "verdict", "verdict"), ("deployed", "watchdog", "text"),
+            ("timeout_s", "timeout s", "num"), ("timeout_source", "timeout from", "text"), ("firings", "firings", "num"),
+            ("recovery", "recovery", "text"), *((k, k.replace("_", " "), "num") for k in _INSTANCE_COUNTS),
+            ("reason", "deciding reason", "wrap")]  # fmt: skip
+    spec = table("instances", "Prefill instances", cols, rows, room=None,
+                 description="Each prefill instance judged on its own lines and requests, worst first; the "
+                 "window's verdict is the worst of them. Click a row for its requests.")  # fmt: skip
+    spec["drill"] = {"table": "requests", "key": "host", "column": "p_host"}
+    return spec
+
+
+_INSTANCE_COUNTS = ("silent_pin", "undecided", "watchdog_fired", "anonymous_pins", "completed", "requests")
+
+
 def requests_table(ctx: Ctx) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     lim = ctx.limits
     n = ctx.con.execute(f"SELECT count(*) FROM {ctx.req}").fetchone()

@@ -48,6 +48,7 @@ VERDICT_MEANING = {
 
 # Sections of tables: (section id, heading, [table ids]) in page order.
 TABLE_SECTIONS = [
+    ("fleet", "Fleet", ["instances"]),
     (
         "findings",
         "Findings",

@@ -9,6 +9,7 @@
   performance.mark("pdf-parsed");
   var REQS = DATA.requests || {};
   var selectedRow = null;
+  var TABLES = {};  // table id -> {setExact, element}: a fleet row drills into the requests table
 
   function readJson(id) {
     var node = document.getElementById(id);
@@ -83,7 +84,8 @@
       return;
     }
     var roomIdx = spec.room ? cols.findIndex(function (c) { return c.key === spec.room; }) : -1;
-    var state = { filter: "", sort: -1, dir: 1, page: 0 };
+    // exact: one column equal to a value (a fleet row drilling into its requests), shown as a chip
+    var state = { filter: "", sort: -1, dir: 1, page: 0, exact: null };
     var haystack = null;
     var input = h("input", { type: "search", placeholder: "filter rows…", "aria-label": "filter " + spec.title });
     var count = h("span", { class: "muted" });
@@ -92,7 +94,10 @@
     var thead = h("thead");
     var tbody = h("tbody");
     var table = h("table", { "data-table": spec.id }, thead, tbody);
-    host.appendChild(h("div", { class: "bar" }, input, count, prev, next));
+    var chip = h("button", { type: "button", class: "chip-exact", title: "show every row again" });
+    chip.hidden = true;
+    chip.addEventListener("click", function () { setExact(null, null); });
+    host.appendChild(h("div", { class: "bar" }, input, chip, count, prev, next));
     if (spec.note) host.appendChild(h("div", { class: "muted", text: spec.note }));
     host.appendChild(h("div", { class: "scroll" }, table));
 
@@ -111,16 +116,32 @@
     });
     thead.appendChild(headRow);
 
+    function setExact(key, value) {
+      var idx = key === null ? -1 : cols.findIndex(function (c) { return c.key === key; });
+      state.exact = idx >= 0 ? { idx: idx, value: value } : null;
+      chip.hidden = !state.exact;
+      chip.textContent = state.exact ? cols[idx].label + " = " + value + " \u00d7" : "";
+      state.page = 0;
+      draw();
+    }
+    TABLES[spec.id] = { setExact: setExact, element: host };
+
     function rowsNow() {
       var rows = spec.rows;
+      if (state.exact) {
+        var ex = state.exact;
+        rows = rows.filter(function (r) { return String(r[ex.idx]) === ex.value; });
+      }
       if (state.filter) {
         if (!haystack) {
-          haystack = rows.map(function (r) {
-            return r.map(function (v, i) { return display(v, cols[i].type); }).join("\u0001").toLowerCase();
+          // by row, not position: the exact filter may have narrowed `rows` already
+          haystack = new Map();
+          spec.rows.forEach(function (r) {
+            haystack.set(r, r.map(function (v, i) { return display(v, cols[i].type); }).join("\u0001").toLowerCase());
           });
         }
         var f = state.filter;
-        rows = rows.filter(function (_, i) { return haystack[i].indexOf(f) >= 0; });
+        rows = rows.filter(function (r) { return haystack.get(r).indexOf(f) >= 0; });
       }
       if (state.sort >= 0) {
         var k = state.sort, d = state.dir;
@@ -143,10 +164,24 @@
         r.forEach(function (v, i) {
           var type = cols[i].type;
           var cls = type === "num" || type === "dur" ? "num" : type === "wrap" ? "wrap" : "";
-          if (type === "class") cls = "cls cls-" + String(v);
+          if (type === "class" || type === "verdict") cls = "cls cls-" + String(v);
           tr.appendChild(h("td", { class: cls, text: display(v, type) }));
         });
-        if (roomIdx >= 0 && r[roomIdx] !== null) {
+        if (spec.drill) {
+          var keyIdx = cols.findIndex(function (c) { return c.key === spec.drill.key; });
+          tr.className = "clickable";
+          tr.title = "show this instance's requests";
+          tr.tabIndex = 0;
+          var drill = function () {
+            var target = TABLES[spec.drill.table];
+            selectRow(tr);
+            if (!target) return;
+            target.setExact(spec.drill.column, String(r[keyIdx]));
+            target.element.scrollIntoView({ block: "start" });
+          };
+          tr.addEventListener("click", drill);
+          tr.addEventListener("keydown", function (ev) { if (ev.key === "Enter") drill(); });
+        } else if (roomIdx >= 0 && r[roomIdx] !== null) {
           tr.className = "clickable";
           tr.setAttribute("data-room", String(r[roomIdx]));
           tr.title = "show this request's timeline";
