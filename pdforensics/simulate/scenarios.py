@@ -1250,7 +1250,7 @@ SCENARIOS["fleet_16_hosts"] = Scenario(
     verdict="watchdog_missed",
     evidence_level="L1",
     watchdog_timeout_s=60,
-    watchdog_deployed=None,  # half the fleet: each instance's own is in `instances`
+    watchdog_deployed=True,  # in the window, by four armed lines; each instance's own is in `instances`
     verdict_options={"watchdog_timeout_s": 60},  # the operator states it for the stock build
     notes="Restart at 150 s (SIGKILL at 170 s, ready ~208 s); the router avoids d-node-03 from 147 s until it "
     "is back. Six requests routed to it during the drain pin: on p-node-02 and p-node-03 the watchdog fires "
