@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pdforensics import api, store
+from pdforensics.errors import UsageError
 from pdforensics.paths import fixtures_dir
 from pdforensics.simulate.__main__ import main as simulate_main
 from pdforensics.simulate.remote import JOURNAL_REMOTE, by_host, split_export, write_journal_remote
@@ -112,6 +113,11 @@ def test_split_walks_binary_fields_that_hold_a_blank_line() -> None:
     text = b"__CURSOR=c1\n_HOSTNAME=h1\nMESSAGE=plain\n\n" + binary
     assert split_export(text) == [b"__CURSOR=c1\n_HOSTNAME=h1\nMESSAGE=plain\n\n", binary]
     assert by_host(text) == {"h1": b"__CURSOR=c1\n_HOSTNAME=h1\nMESSAGE=plain\n\n", "h2": binary}
+
+
+def test_an_entry_without_a_host_is_one_clear_error() -> None:
+    with pytest.raises(UsageError, match="without _HOSTNAME"):
+        by_host(b"__CURSOR=c1\nMESSAGE=plain\n\n")
 
 
 @needs_remote
