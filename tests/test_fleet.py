@@ -139,6 +139,31 @@ def test_simulator_option_writes_the_collection(tmp_path: Path) -> None:
     assert len(files) == 16 and all(f.stat().st_size > 0 for f in files)
 
 
+@needs_remote
+def test_cli_simulate_writes_the_collection_and_names_ingest_d(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from pdforensics.cli import app
+
+    out, remote = tmp_path / "fleet", tmp_path / "remote"
+    args = [
+        "simulate",
+        NAME,
+        "--out",
+        str(out),
+        "--now",
+        "2026-11-29T12:10:00Z",
+        "--journal-remote",
+        str(remote),
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert f"-D {remote}" in res.stdout
+    assert sorted(p.name for p in remote.iterdir()) == sorted(
+        f"remote-{h}.journal" for h in expected()["hosts"]
+    )
+
+
 # ---- the ground truth itself -----------------------------------------------------------------------
 
 
