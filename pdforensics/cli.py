@@ -342,6 +342,15 @@ def simulate(
     seed: Annotated[int, typer.Option(metavar="N", help="Random seed.")] = 0,
     scale: Annotated[float, typer.Option(metavar="X", help="Multiply the request rate.")] = 1.0,
     list_: Annotated[bool, typer.Option("--list", help="List the scenarios.")] = False,
+    journal_remote: Annotated[
+        Path | None,
+        typer.Option(
+            "--journal-remote",
+            metavar="DIR",
+            help="Also write DIR/remote-HOST.journal per host (systemd-journal-remote), for ingest -D. "
+            "[default: no collection]",
+        ),
+    ] = None,
 ) -> None:
     """Write a realistic incident: journal export + json + plain logs (plain/) + expected.json."""
     from pdforensics.api import run_simulate
@@ -353,8 +362,12 @@ def simulate(
         return
     if out is None:
         raise UsageError("--out DIR is required")
-    path = run_simulate(scenario, out, now, seed, scale, now_us=_now_us())
+    path = run_simulate(scenario, out, now, seed, scale, now_us=_now_us(), journal_remote=journal_remote)
     typer.echo(f"wrote {path}: journal.export, journal.json, plain/*.log, expected.json")
+    if journal_remote is not None:
+        typer.echo(f"wrote {journal_remote}: remote-<host>.journal per host")
+        typer.echo(f"next:  pdforensics ingest --db {path / 'incident.duckdb'} -D {journal_remote}")
+        return
     typer.echo(f"next:  pdforensics ingest --db {path / 'incident.duckdb'} --file {path / 'journal.export'}")
 
 

@@ -34,7 +34,9 @@ CLASSES = {
     "completed",
     "in_flight",
 }
-OPTIONAL_KEYS = {"verdict_options", "ingests", "by_input", "recovery", "stuck_elsewhere", "request_details"}
+OPTIONAL_KEYS = {
+    "verdict_options", "ingests", "by_input", "recovery", "stuck_elsewhere", "request_details", "instances", "pairs",
+}  # fmt: skip
 DETAIL_KEYS = {"backpressure", "legs", "reason_startswith", "firing_state"}
 VERDICTS = {"watchdog_missed", "watchdog_fired", "nothing_stuck", "inconclusive"}
 TOP_KEYS = {
@@ -78,23 +80,24 @@ def expected(name: str) -> dict:
     return json.loads(fixture(name).joinpath("expected.json").read_text())
 
 
-def unit_lines(name: str, role: str) -> list[tuple[int, str]]:
-    """(journal µs, MESSAGE) of one engine's own entries (systemd and journald lines excluded)."""
+def unit_lines(name: str, role: str, host: str | None = None) -> list[tuple[int, str]]:
+    """(journal µs, MESSAGE) of one engine's own entries (systemd and journald lines excluded); with
+    ``host``, of that host's instance only (a fleet has several)."""
     return [
         (int(e["__REALTIME_TIMESTAMP"]), message(e))
         for e in entries(name)
-        if e.get("_SYSTEMD_UNIT", "").endswith(f"-{role}.service")
+        if e.get("_SYSTEMD_UNIT", "").endswith(f"-{role}.service") and host in (None, e["_HOSTNAME"])
     ]
 
 
-def floors(name: str) -> list[tuple[int, int]]:
+def floors(name: str, host: str | None = None) -> list[tuple[int, int]]:
     """(journal µs, requests in the inflight queue that are not this batch) of every prefill stats line.
 
     From 0.5.10 the line is printed after the forward and counts the batch (floor = #inflight-req
     - #new-seq); 0.5.3 (``Prefill batch.``) printed it before the forward (floor = #inflight-req).
     """
     out = []
-    for ts, msg in unit_lines(name, "prefill"):
+    for ts, msg in unit_lines(name, "prefill", host):
         m = re.search(r"Prefill batch([.,]) #new-seq: (\d+),.*#inflight-req: (\d+)", msg)
         if m:
             before = m.group(1) == "."
@@ -330,7 +333,10 @@ def test_pinned_rooms_have_no_terminal_prefill_line(name):
         assert named and doc["window"]["until_us"] - named[-1][0] > timeout_us
     # the gauge shows them to the end, unless the prefill hung (no batch line after the hang) and died
     died = any("-prefill.service: Main process exited" in message(e) for e in entries(name))
-    if (pins or doc["anonymous_pins"]) and not died:
+    if "pairs" in doc:  # a fleet: each prefill's own gauge shows its own pins
+        held = Counter(doc["pairs"][r["bootstrap_room"]]["prefill"] for r in pins)
+        assert all(floors(name, host)[-1][1] >= n for host, n in held.items()), held
+    elif (pins or doc["anonymous_pins"]) and not died:
         assert floors(name)[-1][1] >= len(pins) + doc["anonymous_pins"]
 
 

@@ -37,7 +37,8 @@ def _plain_sources(name: str) -> list[tuple[object, str]]:
     from pdforensics.simulate.run import run_world
 
     _, _, built = run_world(name, FIXTURE_NOW_US, 0, 1.0)
-    hosts = {h.name: h for h in (built.pre.host, built.dec.host)}
+    engines = (built.pre, built.dec) if built.fleet is None else (*built.fleet.pres, *built.fleet.decs)
+    hosts = {e.host.name: e.host for e in engines}
     out = []
     for f in sorted((fixtures_dir() / name / "plain").glob("*.log")):
         host = next(h for h in sorted(hosts, key=len, reverse=True) if f.name.startswith(h + "-"))

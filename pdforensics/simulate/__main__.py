@@ -2,6 +2,7 @@
 
 python -m pdforensics.simulate --all --out fixtures --now 2026-11-29T12:10:00Z
 python -m pdforensics.simulate decode_restart_old_build --out /tmp/incident --scale 1000
+python -m pdforensics.simulate fleet_16_hosts --out /tmp/fleet --journal-remote /tmp/fleet/remote
 python -m pdforensics.simulate --list
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from pdforensics.errors import PdfError, UsageError
 from pdforensics.simulate import SCENARIOS, simulate, simulate_plain
+from pdforensics.simulate.remote import write_journal_remote
 
 
 def parse_now(text: str | None) -> int | None:
@@ -42,6 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies the background request rate")
     ap.add_argument("--no-plain", action="store_true", help="skip OUT/plain/*.log")
+    ap.add_argument(
+        "--journal-remote",
+        type=Path,
+        metavar="DIR",
+        help="also write DIR/remote-<host>.journal per host with systemd-journal-remote "
+        "(DIR/<scenario>/ for several scenarios)",
+    )
     args = ap.parse_args(argv)
     if args.list:
         for name, sc in SCENARIOS.items():
@@ -58,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
             simulate(name, out, now_us=now, seed=args.seed, scale=args.scale)
             if not args.no_plain:
                 simulate_plain(name, out, now_us=now, seed=args.seed, scale=args.scale)
+            if args.journal_remote is not None:
+                remote = args.journal_remote / name if args.all or len(names) > 1 else args.journal_remote
+                write_journal_remote(out / "journal.export", remote)
             print(f"{name}: {out} ({time.perf_counter() - t:.1f}s)")
     except PdfError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -8,7 +8,7 @@ import polars as pl
 
 from pdforensics.simulate import lines as L
 from pdforensics.simulate.fast import hash_u32, hex_series, uniform
-from pdforensics.simulate.model import INF, EngineCfg, Event, Proc, Req, World
+from pdforensics.simulate.model import INF, EngineCfg, Event, Fleet, Proc, Req, World
 from pdforensics.simulate.sim import REQ_SCHEMA
 
 # systemd MESSAGE_IDs (catalog of systemd 252)
@@ -261,6 +261,43 @@ def traffic(
     )
     w.bulk.append(df.select(list(REQ_SCHEMA)).cast(REQ_SCHEMA))
     return df.height
+
+
+def fleet_traffic(
+    w: World,
+    fleet: Fleet,
+    t0: float,
+    t1: float,
+    rate: float,
+    offsets: tuple[int, ...],
+    down: tuple[tuple[int, float, float], ...] = (),
+) -> int:
+    """Poisson arrivals over the whole fleet, spread by the router over (prefill, decode) pairs.
+
+    Prefill ``pe`` is a hash of the row; its decode is ``(pe + offsets[k]) % n_decodes`` for a hashed
+    ``k``, so each prefill sends to ``len(offsets)`` decodes and each decode hears from as many
+    prefills. ``down`` lists ``(decode, from, to)`` spans the router avoids (a decode it sees
+    restarting): a request hashed there goes to the prefill's next decode instead.
+    """
+    n = traffic(w, fleet.pres[0], fleet.decs[0], t0, t1, rate)
+    rows = w.bulk[-1].select("key", "t_arr")
+    salt = w.key + 700 + 10 * len(fleet.routes)
+    n_pre, n_dec, n_off = len(fleet.pres), len(fleet.decs), len(offsets)
+    key = pl.col("key")
+    pe = (hash_u32(key, salt) % n_pre).cast(pl.Int32)
+    pick = (hash_u32(key, salt + 1) % n_off).cast(pl.Int32)
+    off = list(range(n_off))
+
+    def decode_of(k: pl.Expr) -> pl.Expr:
+        return ((pe + k.replace_strict(off, list(offsets), return_dtype=pl.Int32)) % n_dec).cast(pl.Int32)
+
+    de = decode_of(pick)
+    avoid = pl.lit(False)
+    for j, a, b in down:
+        avoid = avoid | ((de == j) & (pl.col("t_arr") >= a) & (pl.col("t_arr") < b))
+    de = pl.when(avoid).then(decode_of((pick + 1) % n_off)).otherwise(de)
+    fleet.routes.append(rows.select("key", pe=pe, de=de))
+    return n
 
 
 def _hex_id(n: int, key: int, first: int) -> pl.Series:

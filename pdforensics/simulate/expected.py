@@ -13,7 +13,7 @@ import json
 
 import polars as pl
 
-from pdforensics.simulate.model import INF, EngineCfg, World
+from pdforensics.simulate.model import INF, EngineCfg, Fleet, World
 
 # An open request must be this far from the timeout on either side (seconds).
 MARGIN_S = 15.0
@@ -234,8 +234,12 @@ def _plain_view(w: World, sc, pre: EngineCfg, dec: EngineCfg, rows: pl.DataFrame
     }
 
 
-def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[int, int]) -> str:
+def build_expected(
+    w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[int, int], fleet: Fleet | None = None
+) -> str:
     """The expected.json text (one request per line, so 10M-line incidents stay fast)."""
+    if fleet is not None:
+        _check_fleet(w, sc, fleet, pre, dec)
     rows, anonymous = _listed(w, sc, pre, dec)
     head = {
         "scenario": sc.name,
@@ -252,7 +256,10 @@ def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[i
         ),
         "anonymous_pins": anonymous,
         # What a reader of the plain logs must be told: each host's zone (the prefix has none).
-        "hosts": {e.host.name: {"tz": _offset(e.host.tz_min), "skew_s": e.host.skew_s} for e in (pre, dec)},
+        "hosts": {
+            e.host.name: {"tz": _offset(e.host.tz_min), "skew_s": e.host.skew_s}
+            for e in ((pre, dec) if fleet is None else (*fleet.pres, *fleet.decs))
+        },
     }
     options = dict(sc.verdict_options)
     if sc.since_s is not None:  # a window that starts inside the data: context lies before it
@@ -273,10 +280,13 @@ def build_expected(w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[i
     if sc.details:
         head["request_details"] = _details(sc, rows)
     check_consistency(sc.name, sc.verdict, head["reasons_contain"], set(rows["class"].unique()), anonymous)
+    pairs = ""
+    if fleet is not None:
+        head["instances"], pairs = _fleet_truth(w, sc, fleet, pre, dec, rows)
     buf = io.BytesIO()
     rows.write_ndjson(buf)
     body = buf.getvalue().decode().strip().replace("\n", ",\n  ")
-    text = json.dumps(head, indent=1)[:-2]
+    text = json.dumps(head, indent=1)[:-2] + pairs
     return (
         text + ',\n "requests": [\n  ' + body + "\n ]\n}\n"
         if rows.height
@@ -308,3 +318,92 @@ def check_consistency(name: str, verdict: str, reasons: list[str], classes: set[
     }[verdict]
     if not ok:
         raise AmbiguousScenario(f"{name}: verdict {verdict} does not follow from classes {sorted(classes)}")
+
+
+# ---- a fleet (issue 19): one judgement per prefill instance, and each request's true pair ----------
+
+# Worst first: the window's verdict is the worst of its instances'.
+VERDICT_RANK = {"watchdog_missed": 0, "inconclusive": 1, "watchdog_fired": 2, "nothing_stuck": 3}
+# The keys of the verdict's `counts` (pdforensics.verdict: every class, anonymous pins, requests).
+COUNT_KEYS = (
+    "watchdog_fired", "silent_pin", "transfer_failed", "retracted", "aborted", "lost", "completed", "in_flight",
+    "anonymous_pins", "undecided", "requests",
+)  # fmt: skip
+
+
+def _check_fleet(w: World, sc, fleet: Fleet, pre: EngineCfg, dec: EngineCfg) -> None:
+    """The fleet's ground truth classifies with one prefill's and one decode's visibility rules and
+    derives each instance's verdict from its classes alone: true only when every instance logs alike
+    (the same request log, no hole) and no prefill dies or restarts (that would be `inconclusive`)."""
+    same = ("log_requests", "time_stats", "log_requests_until")
+    for eng in (*fleet.pres, *fleet.decs):
+        ref = pre if eng.role == "prefill" else dec
+        if any(getattr(eng, a) != getattr(ref, a) for a in same):
+            raise AmbiguousScenario(f"{sc.name}: {eng.host.name} logs unlike its peers")
+    if w.holes or any(role == "prefill" for role, _ in w.restarts):
+        raise AmbiguousScenario(f"{sc.name}: a hole or a prefill end: per-instance verdicts need more rules")
+
+
+def instance_verdict(classes: dict[str, int]) -> str:
+    """design.md §3 for one prefill: a pin it held (named or not) is missed, one the logs cannot
+    decide leaves it open, a firing is the watchdog's work, otherwise nothing was stuck."""
+    if classes.get("silent_pin", 0) or classes.get("anonymous_pins", 0):
+        return "watchdog_missed"
+    if classes.get("undecided", 0):
+        return "inconclusive"
+    return "watchdog_fired" if classes.get("watchdog_fired", 0) else "nothing_stuck"
+
+
+def _fleet_truth(
+    w: World, sc, fleet: Fleet, pre: EngineCfg, dec: EngineCfg, rows: pl.DataFrame
+) -> tuple[list, str]:
+    """``instances`` (one object per prefill host, worst first, then host) and the ``pairs`` text:
+    every listed room's true prefill and decode host, from the router's choice in the model."""
+    df = classify(w, sc, pre, dec)
+    listed = df.filter(pl.col("vis_p") | pl.col("vis_d"))
+    anon = df.filter(~(pl.col("vis_p") | pl.col("vis_d")) & (pl.col("class") == "silent_pin"))
+    pre_host = [e.host.name for e in fleet.pres]
+    dec_host = [e.host.name for e in fleet.decs]
+    instances = []
+    for i, eng in enumerate(fleet.pres):
+        mine = listed.filter(pl.col("pe") == i)["class"].value_counts().iter_rows()
+        counts = dict.fromkeys(COUNT_KEYS, 0) | dict(mine)
+        counts["anonymous_pins"] = anon.filter(pl.col("pe") == i).height
+        counts["requests"] = sum(counts[c] for c in COUNT_KEYS if c not in ("anonymous_pins", "requests"))
+        timeout = (
+            eng.watchdog_s if eng.watchdog_s is not None else sc.verdict_options.get("watchdog_timeout_s")
+        )
+        instances.append(
+            {
+                "host": eng.host.name,
+                "engine": "prefill",
+                "verdict": instance_verdict(counts),
+                "watchdog": {
+                    "deployed": eng.watchdog_s is not None,
+                    "timeout_s": None if timeout is None else float(timeout),
+                },
+                "counts": counts,
+            }
+        )
+    instances.sort(key=lambda x: (VERDICT_RANK[x["verdict"]], x["host"]))
+    if instances and instances[0]["verdict"] != sc.verdict:
+        raise AmbiguousScenario(f"{sc.name}: verdict {sc.verdict} is not the worst instance's")
+    if rows.height != listed.height:
+        raise AmbiguousScenario(f"{sc.name}: a room with several legs: pairs need one row per room")
+    lines = (
+        listed.sort("t_arr")
+        .select(
+            pl.concat_str(
+                pl.lit('  "'),
+                pl.col("room").cast(pl.String),
+                pl.lit('": {"prefill": "'),
+                pl.col("pe").replace_strict(list(range(len(pre_host))), pre_host, return_dtype=pl.String),
+                pl.lit('", "decode": "'),
+                pl.col("de").replace_strict(list(range(len(dec_host))), dec_host, return_dtype=pl.String),
+                pl.lit('"}'),
+            )
+        )
+        .to_series()
+        .to_list()
+    )
+    return instances, ',\n "pairs": {\n' + ",\n".join(lines) + "\n }"

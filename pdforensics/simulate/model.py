@@ -365,3 +365,41 @@ class World:
     def emit_raw(self, t: float, stream: int, data: bytes, engine: str = "") -> None:
         """A line with ANSI codes or invalid UTF-8: stored as bytes, MESSAGE as a byte array in JSON."""
         self.events.append(Event(t, stream, "", "", 0, raw=data, engine=engine))
+
+
+@dataclass
+class Fleet:
+    """Many prefill and decode instances behind one router (issue 19): which pair serves each request.
+
+    ``routes`` maps bulk-traffic row keys to their (prefill, decode) instance indices (``pe``, ``de``);
+    ``special`` does the same for ``World.reqs`` by index (a health check has one side, the other None).
+    Process lists are per instance; the simulation indexes them as one flat list, prefills in order.
+    """
+
+    pres: list[EngineCfg]
+    decs: list[EngineCfg]
+    pprocs: list[list[Proc]]
+    dprocs: list[list[Proc]]
+    routes: list[pl.DataFrame] = field(default_factory=list)
+    special: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+
+    def flat(self, procs: list[list[Proc]]) -> tuple[list[Proc], list[int]]:
+        """Every process in one list, and the offset of each instance's first one in it."""
+        offsets, flat = [], []
+        for ps in procs:
+            offsets.append(len(flat))
+            flat.extend(ps)
+        return flat, offsets
+
+    def route_frame(self, w: World) -> pl.DataFrame:
+        """``key -> pe, de`` for every request of the world (bulk and special)."""
+        base = 1 << 40  # sim.specials_frame's keys
+        special = pl.DataFrame(
+            {
+                "key": [base + i for i in range(len(w.reqs))],
+                "pe": [self.special[i][0] for i in range(len(w.reqs))],
+                "de": [self.special[i][1] for i in range(len(w.reqs))],
+            },
+            schema={"key": pl.UInt64, "pe": pl.Int32, "de": pl.Int32},
+        )
+        return pl.concat([*self.routes, special])

@@ -15,7 +15,7 @@ import polars as pl
 
 from pdforensics.simulate import lines as L
 from pdforensics.simulate.fast import uniform
-from pdforensics.simulate.model import INF, EngineCfg, World
+from pdforensics.simulate.model import INF, EngineCfg, Fleet, World
 
 LINE_SCHEMA = {
     "t_us": pl.Int64,  # true time of the write, UTC µs
@@ -157,11 +157,11 @@ def _obj_slots(side: str, bootstrap_ip: str) -> dict[str, pl.Expr]:
 
 
 def _request_logger_specs(
-    df, eng: EngineCfg, side: str, span: tuple[float, float], w: World
+    df, eng: EngineCfg, side: str, span: tuple[float, float], w: World, bootstrap_ip: str | None = None
 ) -> list[pl.DataFrame]:
     recv, fin, ok = f"{side}_recv", f"{side}_fin", pl.col(f"{side}_ok")
     stream = f"{side}_stream"
-    slots = _obj_slots(side, w.bootstrap_ip)
+    slots = _obj_slots(side, bootstrap_ip or w.bootstrap_ip)
     obj = template(L.obj_template(eng), slots)
     if side == "p":
         success = pl.lit("{'type': 'length', 'length': 0}")
@@ -287,11 +287,37 @@ def request_frames(
     """The per-request lines whose true time falls in [lo, hi)."""
     span = (lo, hi)
     for side, eng in (("p", pre), ("d", dec)):
-        if eng.log_requests:
-            yield from _request_logger_specs(df, eng, side, span, w)
-        yield _access_spec(df, eng, side, span, w)
-        if eng.time_stats:
-            yield _rts_spec(df, eng, side, span, w)
+        yield from _side_frames(w, eng, side, df, span)
+
+
+def _side_frames(
+    w: World,
+    eng: EngineCfg,
+    side: str,
+    df: pl.DataFrame,
+    span: tuple[float, float],
+    bootstrap_ip: str | None = None,
+) -> Iterator[pl.DataFrame]:
+    if eng.log_requests:
+        yield from _request_logger_specs(df, eng, side, span, w, bootstrap_ip)
+    yield _access_spec(df, eng, side, span, w)
+    if eng.time_stats:
+        yield _rts_spec(df, eng, side, span, w)
+
+
+def fleet_request_frames(
+    w: World, fleet: Fleet, df: pl.DataFrame, lo: float, hi: float
+) -> Iterator[pl.DataFrame]:
+    """:func:`request_frames` for a fleet: each side's lines as its own instance writes them, and the
+    ``bootstrap_host`` of both legs the address of the request's prefill (the router injects it)."""
+    span = (lo, hi)
+    for pe, de in df.select("pe", "de").unique().sort("pe", "de", nulls_last=True).iter_rows():
+        g = df.filter(pl.col("pe").eq_missing(pe) & pl.col("de").eq_missing(de))
+        ip = fleet.pres[pe].host.ip if pe is not None else None
+        if pe is not None:
+            yield from _side_frames(w, fleet.pres[pe], "p", g, span, ip)
+        if de is not None:
+            yield from _side_frames(w, fleet.decs[de], "d", g, span, ip)
 
 
 def event_frame(w: World, end: float) -> pl.DataFrame:

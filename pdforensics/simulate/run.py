@@ -29,7 +29,10 @@ def run_world(name: str, now_us: int | None, seed: int, scale: float) -> tuple[W
     w = World(name, seed, now, sc.duration_s, scale)
     built = sc.build(w)
     w.bootstrap_ip = built.pre.host.ip  # the router injects the prefill's bootstrap address
-    sim.run(w, built.pre, built.dec, built.pprocs, built.dprocs, sc.duration_s)
+    if built.fleet is not None:  # many instances: each request's pair names its own bootstrap host
+        sim.run_fleet(w, built.fleet, sc.duration_s)
+    else:
+        sim.run(w, built.pre, built.dec, built.pprocs, built.dprocs, sc.duration_s)
     B.drain_lines(w, built.dprocs)
     if built.after is not None:
         built.after(w)
@@ -42,6 +45,8 @@ def _render(w: World, sc: Scenario, built: Built, sinks: list) -> None:
     events = render.event_frame(w, end)
     streams = render.stream_frame(w)
     table = render.request_table(w, built.pre, built.dec, built.pprocs, built.dprocs)
+    if built.fleet is not None:
+        table = table.with_columns(w.table.select("pe", "de"))
     estimate = 6 * table.height + events.height
     n_chunks = max(1, -(-estimate // LINES_PER_CHUNK))
     bounds = [end * k / n_chunks for k in range(n_chunks + 1)]
@@ -50,7 +55,10 @@ def _render(w: World, sc: Scenario, built: Built, sinks: list) -> None:
     carry: pl.DataFrame | None = None
     unseen = _silent_holes(w)
     for lo, hi in itertools.pairwise(bounds):
-        frames = list(render.request_frames(w, built.pre, built.dec, table, lo, hi))
+        if built.fleet is not None:
+            frames = list(render.fleet_request_frames(w, built.fleet, table, lo, hi))
+        else:
+            frames = list(render.request_frames(w, built.pre, built.dec, table, lo, hi))
         lo_us, hi_us = w.t0_us + round(lo * 1e6), w.t0_us + round(hi * 1e6)
         frames.append(events.filter((pl.col("t_us") >= lo_us) & (pl.col("t_us") < hi_us)))
         chunk = pl.concat(frames)
@@ -109,7 +117,7 @@ def simulate(
         _render(w, sc, built, [sink])
     finally:
         sink.close()
-    text = build_expected(w, sc, built.pre, built.dec, (sink.since_us or 0, sink.until_us or 0))
+    text = build_expected(w, sc, built.pre, built.dec, (sink.since_us or 0, sink.until_us or 0), built.fleet)
     (out / "expected.json").write_text(text)
     return out
 

@@ -18,6 +18,7 @@ from pdforensics.simulate.model import (
     V0_5_23,
     EngineCfg,
     Event,
+    Fleet,
     Hole,
     Host,
     Proc,
@@ -33,6 +34,8 @@ class Built:
     pprocs: list[Proc]
     dprocs: list[Proc]
     after: Callable[[World], None] | None = None  # post-simulation lines (they need outcomes)
+    # many instances (pre/dec are then the first of each; pprocs/dprocs every instance's, flat)
+    fleet: Fleet | None = None
 
 
 @dataclass(frozen=True)
@@ -783,6 +786,75 @@ def build_log_level_change_mid_window(w: World) -> Built:
     return Built(pre, dec, [p], [d])
 
 
+# ---- 26: a fleet (issue 19) --------------------------------------------------------------------------
+
+FLEET_SIZE = 8  # prefill instances, and as many decode instances, one per host
+# prefill i sends to decodes i, i+1, i+3, i+6 (mod 8): four decodes each, each decode hears four prefills
+FLEET_OFFSETS = (0, 1, 3, 6)
+FLEET_WATCHDOG = 4  # p-node-01..04 run the patched build (armed at 60 s), 05..08 a stock one
+FLEET_RESTARTED = 2  # d-node-03: a decode-only restart mid-window
+FLEET_RESTART_AT = 150.0
+# (prefill index, arrival) of the requests the router sends d-node-03 while it drains: their KV never lands
+FLEET_PINS = ((1, 12.2), (2, 13.1), (2, 16.8), (4, 14.9), (7, 12.9), (7, 15.6))
+FLEET_AFTER = (241.0, 268.0)  # ordinary requests on each fired path after its firings
+# a couple of hosts in other zones, two decode clocks off (host name: tz minutes, skew s)
+FLEET_CLOCKS = {"p-node-07": (60, 0.04), "d-node-02": (480, 2.5), "d-node-06": (-300, -0.8)}
+
+
+def build_fleet_16_hosts(w: World) -> Built:
+    end, s = 330.0, FLEET_RESTART_AT
+    pres, decs = [], []
+    for k in range(FLEET_SIZE):
+        name = f"p-node-{k + 1:02d}"
+        tz, skew = FLEET_CLOCKS.get(name, (0, 0.0))
+        host = w.host(name, tz_min=tz, skew_s=skew, ip=f"10.0.30.{11 + k}")
+        watchdog = 60 if k < FLEET_WATCHDOG else None
+        pres.append(dsv4("prefill", host, V0_5_18, 4, watchdog_s=watchdog, access_log_health=False))
+    for k in range(FLEET_SIZE):
+        name = f"d-node-{k + 1:02d}"
+        tz, skew = FLEET_CLOCKS.get(name, (0, 0.0))
+        host = w.host(name, tz_min=tz, skew_s=skew, ip=f"10.0.31.{21 + k}")
+        decs.append(
+            dsv4("decode", host, V0_5_18, 4, http_port=30000, access_log_health=False, health_generate=False)
+        )
+    # every prefill starts in the window: its armed line (or its absence) says which build it runs
+    pprocs = [[B.start_proc(w, pre, 2.0 + 0.4 * k)] for k, pre in enumerate(pres)]
+    dprocs = [[B.running_proc(w, dec)] for dec in decs]
+    fleet = Fleet(pres, decs, pprocs, dprocs)
+
+    def routed(first: int, pe: int | None, de: int | None) -> None:
+        for i in range(first, len(w.reqs)):
+            fleet.special[i] = (pe, de)
+
+    for k, pre in enumerate(pres):
+        n = len(w.reqs)
+        B.health_checks(w, pre, pprocs[k][0].t_ready, end, interval=20.0)
+        routed(n, k, None)
+    d = dprocs[FLEET_RESTARTED][0]
+    d2 = B.restart(w, d, s, kill_after=20.0, ready_after=36.0)
+    dprocs[FLEET_RESTARTED].append(d2)
+    ready = max(p[0].t_ready for p in pprocs)
+    # the router stops sending to d-node-03 a moment after it starts draining, until it is back
+    down = ((FLEET_RESTARTED, s - 3.0, d2.t_ready + 2.0),)
+    B.fleet_traffic(w, fleet, ready + 3.0, end, rate=0.7, offsets=FLEET_OFFSETS, down=down)
+    n = len(w.reqs)
+    _pinned(w, s - 8.0, pres[1], out_len=2600)  # still decoding on d-node-03 when it is killed: lost
+    routed(n, 1, FLEET_RESTARTED)
+    for pe, dt in FLEET_PINS:
+        n = len(w.reqs)
+        _pinned(w, s + dt, pres[pe])
+        routed(n, pe, FLEET_RESTARTED)
+    # the restarted decode serves both fired paths again: the firings were one-off, not a wedge
+    for pe in sorted({pe for pe, _ in FLEET_PINS if pe < FLEET_WATCHDOG}):
+        for t in FLEET_AFTER:
+            n = len(w.reqs)
+            _pinned(w, t + 0.7 * pe, pres[pe], out_len=200, in_len=3000)
+            routed(n, pe, FLEET_RESTARTED)
+    flat_p, _ = fleet.flat(pprocs)
+    flat_d, _ = fleet.flat(dprocs)
+    return Built(pres[0], decs[0], flat_p, flat_d, fleet=fleet)
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in [
@@ -1167,5 +1239,25 @@ _DEPTH = [
     ),
 ]
 SCENARIOS.update({s.name: s for s in _DEPTH})
+
+SCENARIOS["fleet_16_hosts"] = Scenario(
+    "fleet_16_hosts",
+    "A fleet (0.5.18, DeepSeek-V4-Flash, TP4, NIXL, L1): 8 prefill and 8 decode instances on 16 hosts behind "
+    "one router, each prefill sending to four decodes; p-node-01..04 run the patched build (armed at 60 s), "
+    "05..08 a stock one. A decode-only restart of d-node-03 pins the transfers routed to it while it drains: "
+    "the patched prefills' watchdog fires, the stock prefills hold theirs to the window end.",
+    build_fleet_16_hosts,
+    verdict="watchdog_missed",
+    evidence_level="L1",
+    watchdog_timeout_s=60,
+    watchdog_deployed=True,  # in the window, by four armed lines; each instance's own is in `instances`
+    verdict_options={"watchdog_timeout_s": 60},  # the operator states it for the stock build
+    notes="Restart at 150 s (SIGKILL at 170 s, ready ~208 s); the router avoids d-node-03 from 147 s until it "
+    "is back. Six requests routed to it during the drain pin: on p-node-02 and p-node-03 the watchdog fires "
+    "~60.4 s after their inflight entry (`watchdog_fired`), on p-node-05 and p-node-08 they are held to the "
+    "window end (`silent_pin`); one long generation from p-node-02 is still decoding at the kill (`lost`). "
+    "p-node-01, 04, 06 and 07 never send to d-node-03: `nothing_stuck`. Both legs of every request carry "
+    "`bootstrap_host=` its prefill's address.",
+)
 
 __all__ = ["SCENARIOS", "Built", "Event", "Scenario"]

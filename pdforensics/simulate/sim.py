@@ -28,7 +28,7 @@ import polars as pl
 
 from pdforensics.simulate import lines as L
 from pdforensics.simulate.fast import uniform
-from pdforensics.simulate.model import INF, V0_5_9, V0_5_14, EngineCfg, Proc, World
+from pdforensics.simulate.model import INF, V0_5_9, V0_5_14, EngineCfg, Fleet, Proc, World
 
 STATE = "KVPoll.Transferring"
 ABORT = "Aborted by AbortReq."
@@ -840,3 +840,67 @@ def run(w: World, pre: EngineCfg, dec: EngineCfg, pprocs: list[Proc], dprocs: li
     _health_503(w, df, dprocs)
     _write_back(w, df)
     w.table = df
+
+
+# ---- a fleet: many prefill and decode instances (issue 19) -----------------------------------------
+
+
+def _side(col: str) -> pl.Expr:
+    """The instance index a step groups by: a request one side never sees rides with instance 0
+    there (``to_p``/``to_d`` false, so no step touches it)."""
+    return pl.col(col).fill_null(0)
+
+
+def run_fleet(w: World, fleet: Fleet, end: float) -> None:
+    """:func:`run` for a fleet: each step runs per instance (its own build, watchdog and clock) over
+    the requests the router gave it. Process indices (``p_proc``/``d_proc``) are into the flat lists
+    of every instance's processes, so restarts, deaths and streams resolve across instances."""
+    pprocs, p_off = fleet.flat(fleet.pprocs)
+    dprocs, d_off = fleet.flat(fleet.dprocs)
+    df = pl.concat([w.bulk_frame(), specials_frame(w)]) if w.bulk else specials_frame(w)
+    df = df.join(fleet.route_frame(w), on="key", how="left", maintain_order="left").with_row_index(
+        "fleet_row"
+    )
+    unrouted = df.filter(
+        (pl.col("pe").is_null() & pl.col("to_p")) | (pl.col("de").is_null() & pl.col("to_d"))
+    )
+    if unrouted.height:
+        raise ValueError(f"{w.name}: {unrouted.height} request(s) with no instance on a side they reach")
+    pairs = df.select("pe", "de").unique().sort("pe", "de", nulls_last=True).iter_rows()
+    parts = []
+    for pe, de in pairs:
+        g = df.filter(pl.col("pe").eq_missing(pe) & pl.col("de").eq_missing(de))
+        g = _pre(g, fleet.pprocs[pe] if pe is not None else [], fleet.dprocs[de] if de is not None else [],
+                 w.key, w.rebootstrap)  # fmt: skip
+        parts.append(
+            g.with_columns(
+                p_proc=pl.col("p_proc") + (p_off[pe] if pe is not None else 0),
+                d_proc=pl.col("d_proc") + (d_off[de] if de is not None else 0),
+            )
+        )
+    df = pl.concat(parts).sort("fleet_row")
+    parts = []
+    for i, eng in enumerate(fleet.pres):
+        w.batches = []  # prefill_gauges reads this instance's batches
+        g = simulate_prefill(w, df.filter(_side("pe") == i), eng, dprocs, end, pprocs)
+        prefill_gauges(w, g, eng, pprocs, end)
+        parts.append(g)
+    df = pl.concat(parts).sort("fleet_row")
+    df = pl.concat(
+        [simulate_decode(w, df.filter(_side("de") == j), eng, dprocs) for j, eng in enumerate(fleet.decs)]
+    ).sort("fleet_row")
+    parts = []
+    for pe, de in df.select(_side("pe"), _side("de")).unique().sort("pe", "de").iter_rows():
+        g = df.filter((_side("pe") == pe) & (_side("de") == de))
+        parts.append(incident_lines(w, g, fleet.pres[pe], fleet.decs[de], pprocs, dprocs))
+    df = pl.concat(parts).sort("fleet_row")
+    for j, eng in enumerate(fleet.decs):
+        for pi in range(d_off[j], d_off[j] + len(fleet.dprocs[j])):
+            for dp_rank in range(eng.dp):
+                mine = df.filter(
+                    (pl.col("d_proc") == pi) & (pl.col("d_dp") == dp_rank) & (pl.col("d_out") != "hc503")
+                )
+                _decode_group_gauges(w, eng, dprocs[pi], dp_rank, mine, end)
+    _health_503(w, df, dprocs)
+    _write_back(w, df)
+    w.table = df.drop("fleet_row")
