@@ -892,7 +892,7 @@ SELECT
     coalesce((SELECT list(x ORDER BY x.engine DESC, x.host) FROM observed AS x), []) AS observed,
     coalesce((SELECT list(x ORDER BY x.from_t, x.host, x.queue) FROM frozen AS x), []) AS frozen_queues,
     coalesce((SELECT list(x ORDER BY x.t_us) FROM logging_changes AS x), []) AS logging_changes,
-    coalesce((SELECT list(DISTINCT host) FROM seconds WHERE engine = 'prefill'), []) AS prefill_hosts,
+    coalesce((SELECT list(DISTINCT host ORDER BY host) FROM seconds WHERE engine = 'prefill'), []) AS prefill_hosts,
     coalesce((SELECT list(a) FROM abort_rooms AS a), []) AS abort_rooms,
     (SELECT list(t) FROM tp_ranks AS t) AS prefill_tp_ranks,
     (SELECT max(last_t) FROM prefill_evidence) AS prefill_evidence_until_t,
