@@ -412,6 +412,15 @@ def _worst_of(whole: Verdict, instances: list[dict[str, Any]]) -> Verdict:
     summary = f"{len(instances)} prefill instances, the verdict is the worst: " + "; ".join(
         f"{verdict} on {len(hosts)} ({', '.join(hosts)})" for verdict, hosts in by_verdict.items()
     )
+    by_build: dict[str, list[str]] = {}
+    for i in instances:
+        build = {True: "deployed", False: "not deployed"}.get(i["watchdog"]["deployed"], "unknown")
+        by_build.setdefault(build, []).append(i["host"] or "?")
+    if len(by_build) > 1:  # builds differ: the window's one `deployed` does not hold for all
+        summary += "; the watchdog " + "; ".join(
+            f"{build} on {len(hosts)} ({', '.join(sorted(hosts))})"
+            for build, hosts in sorted(by_build.items())
+        )
     reasons = list(whole.reasons)
     if worst != whole.verdict:
         first = instances[0]

@@ -140,6 +140,7 @@ def test_each_instance_has_its_own_watchdog_evidence(log: Log) -> None:
         "gpu-c": "watchdog_missed",
         "gpu-a": "nothing_stuck",
     }
+    assert v.reasons[1].endswith("; the watchdog deployed on 1 (gpu-a); not deployed on 1 (gpu-c)")
 
 
 def test_a_decode_request_no_prefill_claims_is_judged_in_the_whole_window_only(log: Log) -> None:
