@@ -148,6 +148,10 @@ class JournalSource:
             self.journalctl = journalctl
             self.reader = "python-systemd"
 
+    def reading_note(self) -> str | None:
+        """How the journal files were read, for the ingest summary (DirectNotes.describe)."""
+        return self.direct.describe() if self.reader == "python-systemd" else None
+
     # -- checks: fail early, with a message naming the fix ------------------------------------------
 
     def _check_local(self) -> None:

@@ -709,6 +709,18 @@ class DirectNotes:
         self.fallbacks[reason] += 1
         log.info("%s: read by python-systemd (direct reader: %s)", path, reason)
 
+    def describe(self) -> str | None:
+        """One line for the ingest summary, None when no journal file was read: how many files
+        the direct reader read, how many python-systemd read (whole, or the rest of) and why."""
+        fell = sum(self.fallbacks.values())
+        if not self.files and not fell:
+            return None
+        text = f"journal files: {self.files:,} read directly"
+        if fell:
+            why = "; ".join(f"{n:,}x {reason}" for reason, n in self.fallbacks.most_common())
+            text += f", {fell:,} by python-systemd ({why})"
+        return text
+
 
 # (indices of consecutive requests, a replacement start for a single one) -> their events
 Fallback = Callable[[list[int], Unit | None], Iterator[Event]]
