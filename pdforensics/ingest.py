@@ -263,7 +263,9 @@ def _ingest(
         status = "complete"
     finally:
         summary.readers = sorted({s.reader for s in sources})
-        summary.reading_notes = [n for s in sources if isinstance(s, JournalSource) and (n := s.reading_note())]
+        summary.reading_notes = [
+            n for s in sources if isinstance(s, JournalSource) and (n := s.reading_note())
+        ]
         readers = "; ".join([",".join(summary.readers), *summary.reading_notes])  # ingests.readers
         with suppress(pl.exceptions.PolarsError):  # the stats never cost the run its status
             _finish_stats(con, summary, context.stats_parts)

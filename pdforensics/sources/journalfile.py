@@ -1,9 +1,10 @@
 """Journal files read directly: systemd's on-disk format, vectorised with numpy and pyarrow.
 
 python-systemd costs ~17 µs an entry (one `_next`, `_get_all`, `_get_cursor` per entry). This
-reader maps the file, walks the global entry array chain once, gathers every entry's items and
-their DATA objects with numpy, and hands the fields `_records` needs out as whole columns (an
-arrow `take` over the mapped file), so no Python code runs per entry.
+reader maps the file, walks the global entry array chain once, gathers the entries' items and
+their DATA objects with numpy (a chunk of entries at a time, so memory stays bounded), and hands
+the fields `_records` needs out as whole columns (an arrow `take` over the mapped file), so no
+Python code runs per entry. The mapped pages it read are released as it goes (they count in RSS).
 
 Facts used (systemd docs/JOURNAL_FILE_FORMAT.md): little-endian, 8-byte aligned objects; a 16-byte
 object header (type u8, flags u8, size u64 at 8); ENTRY: seqnum, realtime, monotonic at 16/24/32,
@@ -279,7 +280,7 @@ class JournalFile:
         """(entry index, DATA offset) of every entry item, in entry then item order."""
         h = self.header
         total = int(n_items.sum())
-        # int32 where it fits (files are at most MAX_FILE bytes): the item arrays are the peak.
+        # int32 where it fits (files are at most MAX_FILE bytes): a chunk's item arrays are its peak.
         owner = np.repeat(np.arange(len(entries), dtype=np.int32), n_items)
         first = (np.cumsum(n_items) - n_items).astype(np.int32)
         k = np.arange(total, dtype=np.int32) - np.repeat(first, n_items)
