@@ -1,12 +1,14 @@
 """How fast is `verdict` on a database of N requests? (default 1,000,000)
 
-    python bench/verdict_1m.py [--requests 1000000] [--db /tmp/verdict-1m.duckdb] [--keep] [--steps]
+    python bench/verdict_1m.py [--requests 1000000] [--db /tmp/verdict-1m.duckdb] [--keep] [--steps] [--threads N]
 
 Writes N requests' events straight into a fresh pdforensics database with SQL (no simulator, no
 parser: only `lines`/`events` as docs/internals.md defines them), folds them into the summary
 tables as an ingest would, installs the views, then times `verdict.compute_verdict` on a read-only
 connection, the way `pdforensics verdict` runs it, with its wall time, CPU time (all DuckDB threads)
 and the process's peak RSS. `--steps` first times each view `compute_verdict` shadows, one after the other.
+`--threads 1` runs DuckDB on one thread: on a busy shared machine its CPU time is the figure that
+compares two versions (with all threads, other processes' load inflates both wall and CPU time).
 
 The traffic: one prefill host and one decode host (the decode clock 1.5 s ahead), --log-requests
 (Receive:/Finish: on both engines), a `Prefill batch` line per 10 requests and a `Decode batch`
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", type=Path, default=Path("/tmp/verdict-1m.duckdb"))
     ap.add_argument("--keep", action="store_true", help="reuse an existing database")
     ap.add_argument("--steps", action="store_true", help="time each materialised view first")
+    ap.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: DuckDB's own)")
     args = ap.parse_args(argv)
     if not (args.keep and args.db.exists()):
         t = time.perf_counter()
@@ -176,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     con = store.open_db(args.db, read_only=True)
     try:
         n_events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
+        if args.threads:
+            con.execute(f"SET threads = {int(args.threads)}")
         if args.steps:
             steps(con)
         for run in range(3):

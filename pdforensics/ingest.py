@@ -74,6 +74,8 @@ class IngestSummary:
     unmatched_units: list[str] = field(default_factory=list)
     units_present: list[str] = field(default_factory=list)
     source_stats: list[SourceStats] = field(default_factory=list)
+    # How sources read their input where that varies (journal files: direct reader or python-systemd, why)
+    reading_notes: list[str] = field(default_factory=list)
 
     @property
     def lines_per_s(self) -> float:
@@ -261,10 +263,14 @@ def _ingest(
         status = "complete"
     finally:
         summary.readers = sorted({s.reader for s in sources})
+        summary.reading_notes = [
+            n for s in sources if isinstance(s, JournalSource) and (n := s.reading_note())
+        ]
+        readers = "; ".join([",".join(summary.readers), *summary.reading_notes])  # ingests.readers
         with suppress(pl.exceptions.PolarsError):  # the stats never cost the run its status
             _finish_stats(con, summary, context.stats_parts)
         try:
-            store.finish_ingest(con, ingest_id, status, ",".join(summary.readers))
+            store.finish_ingest(con, ingest_id, status, readers)
         except duckdb.Error:
             if status == "complete":
                 raise
@@ -274,7 +280,7 @@ def _ingest(
             with suppress(duckdb.Error):
                 con.execute("ROLLBACK")
             with suppress(duckdb.Error):
-                store.finish_ingest(con, ingest_id, status, ",".join(summary.readers))
+                store.finish_ingest(con, ingest_id, status, readers)
     summary.elapsed_s = time.perf_counter() - started
     views_started = time.perf_counter()
     if views:

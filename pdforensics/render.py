@@ -64,6 +64,8 @@ def print_ingest_summary(s: IngestSummary) -> None:
         f"unrecognised {s.unrecognised:,}, parse errors {s.parse_errors:,}",
         markup=False,
     )
+    for note in s.reading_notes:
+        con.print(f"  {note}", markup=False)
     unmatched = s.unmatched_units
     if unmatched:
         present = s.units_present

@@ -63,7 +63,9 @@ _UNTIL_CHECK = 1024  # entries between checks of the window's end (overshoot is 
 # Entries per python-systemd read block: a block is held as Python objects (~25 fields an entry)
 # until converted, so blocks stay small; ingest coalesces them into store-sized batches.
 BLOCK_ENTRIES = 16_384
-DIRECT_BLOCK = 32_768  # entries a block of the direct reader: its arrow buffers stay small
+DIRECT_BLOCK = (
+    16_384  # entries a block of the direct reader: measured, 32,768 cost ~80 MB more peak RSS, no less CPU
+)
 
 
 def python_systemd_available() -> bool:
@@ -145,6 +147,10 @@ class JournalSource:
         else:
             self.journalctl = journalctl
             self.reader = "python-systemd"
+
+    def reading_note(self) -> str | None:
+        """How the journal files were read, for the ingest summary (DirectNotes.describe)."""
+        return self.direct.describe() if self.reader == "python-systemd" else None
 
     # -- checks: fail early, with a message naming the fix ------------------------------------------
 

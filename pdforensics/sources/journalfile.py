@@ -1,9 +1,10 @@
 """Journal files read directly: systemd's on-disk format, vectorised with numpy and pyarrow.
 
 python-systemd costs ~17 µs an entry (one `_next`, `_get_all`, `_get_cursor` per entry). This
-reader maps the file, walks the global entry array chain once, gathers every entry's items and
-their DATA objects with numpy, and hands the fields `_records` needs out as whole columns (an
-arrow `take` over the mapped file), so no Python code runs per entry.
+reader maps the file, walks the global entry array chain once, gathers the entries' items and
+their DATA objects with numpy (a chunk of entries at a time, so memory stays bounded), and hands
+the fields `_records` needs out as whole columns (an arrow `take` over the mapped file), so no
+Python code runs per entry. The mapped pages it read are released as it goes (they count in RSS).
 
 Facts used (systemd docs/JOURNAL_FILE_FORMAT.md): little-endian, 8-byte aligned objects; a 16-byte
 object header (type u8, flags u8, size u64 at 8); ENTRY: seqnum, realtime, monotonic at 16/24/32,
@@ -50,10 +51,13 @@ OBJECT_DATA, OBJECT_ENTRY, OBJECT_ENTRY_ARRAY = 1, 3, 6
 COMPRESSED_XZ, COMPRESSED_LZ4, COMPRESSED_ZSTD = 1, 2, 4
 STATE_OFFLINE, STATE_ONLINE, STATE_ARCHIVED = 0, 1, 2
 MIN_HEADER = 208  # every field up to n_data exists in every version of the format
-# The whole file's index is held at once (a 4-byte slot per 8 bytes of file, ~30 B an entry item
-# while indexing: ~0.8x the file's size at peak): journald rotates at 128 MiB by default; a larger
-# file is read by python-systemd rather than risk the memory.
+# The file's index is held while it is read (~100 B an entry: 4 B a wanted field, the cursor
+# parts); offsets are int32. journald rotates at 128 MiB by default; a larger file is read by
+# python-systemd.
 MAX_FILE = 256 << 20
+# Entries indexed at a time: the per-item arrays of a chunk are a few MB (they were ~0.8x the file
+# for the whole file at once, the reader's memory peak).
+INDEX_CHUNK = 16_384
 MAX_FIELD = 768 << 20  # a decompressed field larger than this is refused (sd_journal's own cap)
 _PREFIX = 24  # bytes of a DATA payload compared against the wanted "NAME=" prefixes
 _NAMES = tuple(f"{n}=".encode() for n in ENTRY_FIELDS)
@@ -113,7 +117,7 @@ class Columns:
     monotonic: np.ndarray
     xor_hash: np.ndarray
     boot_id: np.ndarray  # (n, 16) u8
-    # (n, len(ENTRY_FIELDS)) int64: the element of `values` holding the entry's value of that
+    # (n, len(ENTRY_FIELDS)) int32: the element of `values` holding the entry's value of that
     # field, for plain (uncompressed) DATA objects; -1: none.
     value: np.ndarray
     values: pa.LargeBinaryArray  # over the mapped file: even elements the values, odd the gaps
@@ -126,6 +130,26 @@ class Columns:
     packed_len: np.ndarray
     packed_owner: np.ndarray
     packed_obj: np.ndarray
+
+
+@dataclass
+class _Refs:
+    """What indexing keeps of each chunk of entries until the whole file is seen (`_gather`)."""
+
+    n: int
+    value: np.ndarray = dataclasses.field(init=False)  # as Columns.value, but DATA offsets
+    # Per chunk, sorted by offset: every referenced DATA object (offset, size); the plain objects
+    # of wanted fields (offset, field, size); the compressed ones (offset, flags, size).
+    objects: list[tuple[np.ndarray, ...]] = dataclasses.field(default_factory=list)
+    wanted: list[tuple[np.ndarray, ...]] = dataclasses.field(default_factory=list)
+    packed: list[tuple[np.ndarray, ...]] = dataclasses.field(default_factory=list)
+    # Per compressed item, in entry order: the entry and the object's offset.
+    packed_owner: list[np.ndarray] = dataclasses.field(default_factory=list)
+    packed_off: list[np.ndarray] = dataclasses.field(default_factory=list)
+    message_extra: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # DATA offsets
+
+    def __post_init__(self) -> None:
+        self.value = np.full((self.n, len(ENTRY_FIELDS)), -1, dtype=np.int32)
 
 
 @dataclass
@@ -153,12 +177,20 @@ class JournalFile:
             self._u8 = np.frombuffer(self._mm, dtype=np.uint8, count=self.header.end)
             self._u64 = self._u8[: self.header.end // 8 * 8].view("<u8")
             self.cols = self._index()
+            self.release()
         except Unreadable:
             self.close()
             raise
         except (ValueError, IndexError, OverflowError, MemoryError) as e:  # a bound check missed
             self.close()
             raise Unreadable(f"inconsistent structure ({type(e).__name__})") from e
+
+    def release(self) -> None:
+        """Drop the mapped pages read so far from this process's memory (they count in its RSS:
+        indexing touches every page of the file). The mapping stays valid: a page read again
+        is mapped back from the page cache, as the file has not changed."""
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # madvise unsupported: no harm
+            self._mm.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
         for name in ("_u8", "_u64", "cols"):
@@ -179,10 +211,25 @@ class JournalFile:
     # -- indexing (once per file, vectorised) ---------------------------------------------------------
 
     def _index(self) -> Columns:
+        """The entries and their items, a chunk of entries at a time: the per-item arrays (~25
+        items an entry) never exist for the whole file at once, and the pages each chunk read
+        are released before the next one (entry and DATA objects lie all over the file)."""
         entries = self._entry_offsets()
-        seqnum, realtime, monotonic, xor_hash, boot_id, n_items = self._entries(entries)
-        owner, data = self._items(entries, n_items)
-        return self._data(owner, data, len(entries), seqnum, realtime, monotonic, xor_hash, boot_id)
+        refs = _Refs(len(entries))
+        heads: list[tuple[np.ndarray, ...]] = []
+        for a in range(0, len(entries), INDEX_CHUNK):
+            chunk = entries[a : a + INDEX_CHUNK]
+            *head, n_items = self._entries(chunk)
+            heads.append(tuple(head))
+            owner, data = self._items(chunk, n_items)
+            self._gather(owner + np.int32(a), data, refs)
+            self.release()
+        del entries
+        seqnum, realtime, monotonic, xor_hash = (_concat([h[k] for h in heads], np.uint64) for k in range(4))
+        if len(seqnum) and ((np.diff(seqnum.astype(np.int64)) <= 0).any() or seqnum[0] == 0):
+            raise Unreadable("entry seqnums not strictly increasing")
+        boot_id = np.concatenate([h[4] for h in heads]) if heads else np.zeros((0, 16), np.uint8)
+        return self._columns(refs, seqnum, realtime, monotonic, xor_hash, boot_id)
 
     def _entry_offsets(self) -> np.ndarray:
         """The global entry array chain, in order: the offsets of the file's n_entries entries."""
@@ -226,16 +273,14 @@ class JournalFile:
         ):
             raise Unreadable("bad entry object")
         seqnum, realtime, monotonic, xor_hash = u64[w + 2], u64[w + 3], u64[w + 4], u64[w + 7]
-        if len(seqnum) and ((np.diff(seqnum.astype(np.int64)) <= 0).any() or seqnum[0] == 0):
-            raise Unreadable("entry seqnums not strictly increasing")
-        boot_id = u8[(entries + 40)[:, None] + np.arange(16)]
+        boot_id = np.stack([u64[w + 5], u64[w + 6]], axis=1).view(np.uint8)  # (n, 16), file order
         return seqnum, realtime, monotonic, xor_hash, boot_id, (size - 64) // stride
 
     def _items(self, entries: np.ndarray, n_items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(entry index, DATA offset) of every entry item, in entry then item order."""
         h = self.header
         total = int(n_items.sum())
-        # int32 where it fits (files are at most MAX_FILE bytes): the item arrays are the peak.
+        # int32 where it fits (files are at most MAX_FILE bytes): a chunk's item arrays are its peak.
         owner = np.repeat(np.arange(len(entries), dtype=np.int32), n_items)
         first = (np.cumsum(n_items) - n_items).astype(np.int32)
         k = np.arange(total, dtype=np.int32) - np.repeat(first, n_items)
@@ -249,48 +294,64 @@ class JournalFile:
             raise Unreadable("entry item offset out of bounds")
         return owner, data
 
-    def _data(
-        self,
-        owner: np.ndarray,
-        data: np.ndarray,
-        n: int,
-        *entry_cols: np.ndarray,
-    ) -> Columns:
+    def _gather(self, owner: np.ndarray, data: np.ndarray, refs: _Refs) -> None:
+        """One chunk of entry items (entry index, DATA offset): its DATA objects checked and
+        classified, the plain values of wanted fields noted by offset, the compressed ones kept
+        for `block`; with each object what `_columns` needs of it, so that it reads no page."""
         h, u8, u64 = self.header, self._u8, self._u64
-        # Unique DATA offsets without a sort: one flag per 8-byte slot of the file.
-        slot = np.zeros(h.end // 8 + 1, dtype=np.int32)
-        slot[data // 8] = 1
-        offsets = np.flatnonzero(slot).astype(np.int64) * 8
-        size = u64[offsets // 8 + 1].astype(np.int64)
+        offsets, item_obj = np.unique(data, return_inverse=True)
+        at = offsets.astype(np.int64)
+        size = u64[at // 8 + 1].astype(np.int64)
         head = 72 if h.compact else 64
-        if (u8[offsets] != OBJECT_DATA).any() or (size < head).any() or (offsets + size > h.end).any():
+        if (u8[at] != OBJECT_DATA).any() or (size < head).any() or (at + size > h.end).any():
             raise Unreadable("bad data object")
-        if len(offsets) > 1 and (offsets[:-1] + size[:-1] > offsets[1:]).any():
+        if len(at) > 1 and (at[:-1] + size[:-1] > at[1:]).any():
             raise Unreadable("data objects overlap")
-        start, length = offsets + head, size - head
-        flags = u8[offsets + 1] & 7
+        flags = u8[at + 1] & 7
         plain = flags == 0
-        field = np.full(len(offsets), -1, dtype=np.int64)
-        field[plain] = _classify_aligned(u64, start[plain], length[plain])
-        values = _gapped(self._mm, start[plain], length[plain], field[plain])
-        index = np.where(field >= 0, np.cumsum(field >= 0) * 2 - 2, -1)  # element in `values`
-        slot[offsets // 8] = np.arange(len(offsets), dtype=np.int32)
-        item_obj = slot[data // 8]
-        item_packed = ~plain[item_obj]
+        field = np.full(len(at), -1, dtype=np.int64)
+        field[plain] = _classify_aligned(u64, at[plain] + head, size[plain] - head)
+        refs.objects.append((offsets, size.astype(np.int32)))
+        wanted = field >= 0
+        refs.wanted.append((offsets[wanted], field[wanted].astype(np.int8), size[wanted].astype(np.int32)))
+        packed = ~plain
+        refs.packed.append((offsets[packed], flags[packed], size[packed].astype(np.int32)))
         # Compressed objects (the large fields: most MESSAGEs of a busy server) wait for `block`.
-        packed = np.flatnonzero(~plain)
-        packed_rank = np.cumsum(~plain) - 1
-        packed_owner, packed_obj = owner[item_packed], packed_rank[item_obj[item_packed]]
-        item_field = np.where(plain[item_obj], field[item_obj], -1)
+        item_packed = packed[item_obj]
+        refs.packed_owner.append(owner[item_packed])
+        refs.packed_off.append(offsets[item_obj[item_packed]])
+        item_field = field[item_obj]
         keep = item_field >= 0
-        owner, item_field, item_value = owner[keep], item_field[keep], index[item_obj[keep]]
-        value = np.full((n, len(ENTRY_FIELDS)), -1, dtype=np.int64)
-        value[owner, item_field] = item_value  # a repeated field: fixed below, last value wins
-        message_extra = self._repeats(owner, item_field, item_value, value)
+        owner, item_field, item_off = owner[keep], item_field[keep], offsets[item_obj[keep]]
+        refs.value[owner, item_field] = item_off  # a repeated field: fixed below, last value wins
+        refs.message_extra.update(self._repeats(owner, item_field, item_off, refs.value))
+
+    def _columns(self, refs: _Refs, *entry_cols: np.ndarray) -> Columns:
+        """The file's Columns from the chunks' notes (no page of the file is read again): DATA
+        offsets become elements of `values`, compressed objects get their rank."""
+        head = 72 if self.header.compact else 64
+        # No two of the file's referenced DATA objects overlap (each chunk checked its own).
+        objects, (size,) = _merged(refs.objects, 1)
+        if len(objects) > 1 and (objects[:-1] + size[:-1] > objects[1:]).any():
+            raise Unreadable("data objects overlap")
+        del objects, size
+        wanted, (field, size) = _merged(refs.wanted, 2)
+        values = _gapped(self._mm, wanted + head, size - head, field.astype(np.int64))
+        value = refs.value
+        for a in range(0, len(value), INDEX_CHUNK):  # offset -> element 2i of `values`, in place
+            part = value[a : a + INDEX_CHUNK]
+            hit = part >= 0
+            part[hit] = np.searchsorted(wanted, part[hit]) * 2
+        message_extra = {
+            e: (np.searchsorted(wanted, np.array(offs, dtype=np.int64)) * 2).tolist()
+            for e, offs in refs.message_extra.items()
+        }
+        packed, (flags, size) = _merged(refs.packed, 2)
+        packed_obj = np.searchsorted(packed, _concat(refs.packed_off).astype(np.int64))
         seqnum, realtime, monotonic, xor_hash, boot_id = entry_cols
         return Columns(
             seqnum, realtime, monotonic, xor_hash, boot_id, value, values, message_extra,
-            flags[packed], start[packed], length[packed], packed_owner, packed_obj,
+            flags, packed + head, size - head, _concat(refs.packed_owner), packed_obj,
         )  # fmt: skip
 
     def block(self, a: int, b: int, rows: np.ndarray | None = None, objs: np.ndarray | None = None) -> Block:
@@ -411,9 +472,9 @@ class JournalFile:
         owner: np.ndarray, item_field: np.ndarray, item_value: np.ndarray, value: np.ndarray
     ) -> dict[int, list[int]]:
         """A field repeated in one entry: the last value wins (as `_records` does), every MESSAGE
-        value kept in item order (they are joined with "\\n")."""
+        value kept in item order (they are joined with "\\n"). `owner` is in entry order."""
         width = len(ENTRY_FIELDS)
-        key = owner * width + item_field
+        key = (owner - (owner[0] if len(owner) else 0)).astype(np.int64) * width + item_field
         if not len(key) or np.bincount(key).max() <= 1:
             return {}
         order = np.argsort(key, kind="stable")
@@ -527,6 +588,20 @@ class JournalFile:
             yield self.block(a, min(a + size, stop))
 
 
+def _concat(parts: list[np.ndarray], dtype: type = np.int32) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
+def _merged(parts: list[tuple[np.ndarray, ...]], n_attrs: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Chunks' (offsets, *attributes) as one: the distinct offsets, sorted (int64), and each
+    one's `n_attrs` attributes (an object met by several chunks has the same ones in each)."""
+    if not parts:
+        return np.zeros(0, np.int64), [np.zeros(0, np.int64) for _ in range(n_attrs)]
+    offsets, first = np.unique(np.concatenate([p[0] for p in parts]), return_index=True)
+    attrs = [np.concatenate([p[k] for p in parts])[first].astype(np.int64) for k in range(1, n_attrs + 1)]
+    return offsets.astype(np.int64), attrs
+
+
 def _classify(buf: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
     """Which wanted field each DATA payload holds (-1: another one), from its first bytes."""
     field = np.full(len(start), -1, dtype=np.int64)
@@ -635,6 +710,18 @@ class DirectNotes:
         self.fallbacks[reason] += 1
         log.info("%s: read by python-systemd (direct reader: %s)", path, reason)
 
+    def describe(self) -> str | None:
+        """One line for the ingest summary, None when no journal file was read: how many files
+        the direct reader read, how many python-systemd read (whole, or the rest of) and why."""
+        fell = sum(self.fallbacks.values())
+        if not self.files and not fell:
+            return None
+        text = f"journal files: {self.files:,} read directly"
+        if fell:
+            why = "; ".join(f"{n:,}x {reason}" for reason, n in self.fallbacks.most_common())
+            text += f", {fell:,} by python-systemd ({why})"
+        return text
+
 
 # (indices of consecutive requests, a replacement start for a single one) -> their events
 Fallback = Callable[[list[int], Unit | None], Iterator[Event]]
@@ -734,6 +821,8 @@ def _read_direct(
             keep = _prefilter(jf, a, b, selection)
             blk = jf.block(a, b, rows=None if keep.all() else keep)
             raw = jf.frame(blk, np.flatnonzero(keep))
+            del blk
+            jf.release()  # the block's pages: the frame holds copies
             last = raw["__CURSOR"][-1]
             yield Event(BLOCK, i, frame=raw, skipped=len(keep) - int(keep.sum()))
     except Exception as e:  # a bug here must cost speed, not the run: python-systemd reads the rest
