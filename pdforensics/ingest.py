@@ -303,13 +303,13 @@ def _ingest(
                 con.execute("ROLLBACK")
             with suppress(duckdb.Error):
                 store.finish_ingest(con, ingest_id, status, ",".join(summary.readers))
-    if mirror is not None:  # after finish_ingest: the snapshot of `ingests` says 'complete'
-        mirror.finish(con)
     summary.elapsed_s = time.perf_counter() - started
     views_started = time.perf_counter()
     if run.views:
         _install_views(con)
     summary.views_s = time.perf_counter() - views_started
+    if mirror is not None:  # last: `ingests` says 'complete', `meta` has the views' version
+        mirror.finish(con)
     _fill_breakdown(con, summary)
     return summary
 

@@ -166,17 +166,21 @@ def table_globs(root: Path) -> dict[str, str]:
     return out
 
 
-def read_table(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> duckdb.DuckDBPyRelation:
-    """One table back from DIR, exactly as the database held it (rows in no particular order)."""
+def table_sql(root: Path, table: str) -> str:
+    """A DuckDB query giving one table back from DIR exactly as the database held it (rows in no
+    particular order): its Parquet files minus the partition columns."""
     glob = table_globs(root).get(table)
     if glob is None:
         raise FileNotFoundError(f"{root}: no Parquet files for table {table!r}")
     if table in PARTITIONED:
         cols = ", ".join(PARTITION_COLUMNS)
-        return con.sql(
-            f"SELECT * EXCLUDE ({cols}) FROM read_parquet({_literal(glob)}, hive_partitioning = true)"
-        )
-    return con.sql(f"SELECT * FROM read_parquet({_literal(glob)})")
+        return f"SELECT * EXCLUDE ({cols}) FROM read_parquet({_literal(glob)}, hive_partitioning = true)"
+    return f"SELECT * FROM read_parquet({_literal(glob)})"
+
+
+def read_table(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> duckdb.DuckDBPyRelation:
+    """One table back from DIR as a relation on `con` (see table_sql)."""
+    return con.sql(table_sql(root, table))
 
 
 def read_tables(con: duckdb.DuckDBPyConnection, root: Path) -> dict[str, duckdb.DuckDBPyRelation]:

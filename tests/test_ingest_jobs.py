@@ -70,7 +70,8 @@ def make_collection(export: bytes, out: Path, rotate: bool = True) -> dict[str, 
     for entry, host in export_entries(export):
         by_host.setdefault(host or "unknown", []).append(entry)
     out.mkdir(parents=True, exist_ok=True)
-    for n, (host, entries) in enumerate(sorted(by_host.items())):
+    for n, (name, entries) in enumerate(sorted(by_host.items())):
+        host = name.replace("/", "_")  # a file name (journal-remote names files by address or host)
         if rotate and n == 0:
             half = len(entries) // 2
             rotated = (
