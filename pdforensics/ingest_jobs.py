@@ -71,10 +71,31 @@ def _task_key(path: Path) -> tuple[str, str]:
 
 
 def collection_tasks(files: list[Path]) -> list[list[Path]]:
-    """The directory's files grouped per host (file name stem), biggest task first."""
-    groups: dict[tuple[str, str], list[Path]] = {}
-    for f in files:
-        groups.setdefault(_task_key(f), []).append(f)
+    """The directory's files grouped per host (file name stem), biggest task first.
+
+    Files of one seqnum id always share a task, whatever their names (a local journal's system and
+    user files): one task's resume mark covers its seqnum id, so no other task may store under it."""
+    owner: dict[object, int] = {}  # a name stem or a seqnum id -> its group
+    parent = list(range(len(files)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, f in enumerate(files):
+        header = read_header(f)
+        for key in (_task_key(f), header.seqnum_id if header is not None else None):
+            if key is None:
+                continue
+            if key in owner:
+                parent[root(i)] = root(owner[key])
+            else:
+                owner[key] = i
+    groups: dict[int, list[Path]] = {}
+    for i, f in enumerate(files):
+        groups.setdefault(root(i), []).append(f)
 
     def size(task: list[Path]) -> int:
         return sum(f.stat().st_size for f in task if f.exists())

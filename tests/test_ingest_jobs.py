@@ -164,6 +164,27 @@ def test_files_are_grouped_per_host_rotated_ones_included(collections: dict[str,
     assert collection_plan(build_sources([single], None, None, None), 4) is None, "one host: no workers"
 
 
+def test_files_of_one_seqnum_id_share_a_task_whatever_their_names(
+    collections: dict[str, Path], tmp_path: Path
+) -> None:
+    """A copy of a host's file under another name holds the same entries (same seqnum id): one task
+    reads both, so one resume mark covers that id, and each entry is stored once."""
+    d = tmp_path / "collection"
+    d.mkdir()
+    for f in collections["multihost_skew"].iterdir():
+        os.symlink(f, d / f.name)
+    original = sorted(d.glob("remote-d-node-01.journal"))[0]
+    (d / "remote-copy.journal").write_bytes(original.read_bytes())
+    tasks = collection_tasks(sorted(d.iterdir()))
+    shared = [{p.name for p in t} for t in tasks if any(p.name == "remote-copy.journal" for p in t)]
+    assert len(shared) == 1 and "remote-d-node-01.journal" in shared[0], tasks
+    assert len(tasks) == 2, "still one task per host"
+    one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
+    s1, s2 = run(one, d, 1), run(two, d, 2)
+    assert s1.duplicates > 0 and (s2.stored, s2.duplicates) == (s1.stored, s1.duplicates)
+    assert_same(one, two)
+
+
 # ------------------------------------------------------------------ N does not change the result
 
 
