@@ -415,6 +415,7 @@ class _Prepared:
     outside: int  # lines dropped as outside the window
     parsed_records: int  # records parsed (context included): the line_ids they took
     records: int = 0  # records the batch held (its frame may be dropped once parsed: ingest_jobs)
+    unseen: bool = False  # its reader vouches none of its lines is stored (ingest_jobs): no lookup
 
 
 def _prepare(
@@ -477,7 +478,7 @@ def _commit(
     """Store one prepared batch in its own transaction and add its counts to the run's (and, with
     `mirror`, append the stored lines and events to the Parquet copy)."""
     batch, parsed = prep.batch, prep.parsed
-    parsed, late = _drop_stored_meanwhile(con, parsed, remap)
+    parsed, late = (parsed, 0) if prep.unseen else _drop_stored_meanwhile(con, parsed, remap)
     if parsed.lines.height:  # the stats of what is stored (context and out-of-window lines dropped)
         same = parsed.lines.height == parsed.stats["lines"].sum()
         context.stats_parts.append(parsed.stats if same else kept_stats(parsed))

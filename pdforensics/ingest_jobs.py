@@ -24,7 +24,9 @@ import io
 import multiprocessing as mp
 import os
 import re
+import shutil
 import signal
+import tempfile
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -133,6 +135,8 @@ class _Task:
     attempt: int
     resume: str | None  # the resume mark's detail (JournalSource.resume)
     stored: bytes  # IPC: source_key, lo, hi: seq ranges the database holds for these files
+    spool: str = ""  # where the worker writes its batches' big frames (Arrow IPC files)
+    keys: tuple[str, ...] = ()  # the seqnum ids of its files' headers: only this task stores under them
 
 
 @dataclass
@@ -162,9 +166,10 @@ def read_collection(
     ctx = mp.get_context("spawn")  # not fork: this process holds DuckDB's threads and file lock
     counter = ctx.Value("q", next_id)
     journalctl = plan.source.reader == "journalctl-export"
-    todo = deque(_Task(i, files, plan.source.label, 0, None, b"") for i, files in enumerate(plan.tasks))
     done = _Progress()
     workers: list[_Worker] = []
+
+    threads = str(max(1, default_jobs() // plan.jobs))
 
     def start() -> _Worker:
         mine, theirs = ctx.Pipe(duplex=True)
@@ -172,10 +177,17 @@ def read_collection(
             target=_worker_main, args=(theirs, counter, opts, selection, batch_size, journalctl),
             name="pdforensics-ingest-worker", daemon=True,
         )  # fmt: skip
-        proc.start()
+        # The workers share the cores: polars' pool in each sized to its share, else N pools of
+        # all the cores spin against each other and the store (read before polars is imported).
+        with _env(POLARS_MAX_THREADS=os.environ.get("PDFORENSICS_WORKER_THREADS", threads)):
+            proc.start()
         theirs.close()  # only the worker holds its end: its death reads as EOF here
         return _Worker(proc, mine)
 
+    spool = _spool_dir()
+    todo = deque(
+        _Task(i, files, plan.source.label, 0, None, b"", str(spool)) for i, files in enumerate(plan.tasks)
+    )
     try:
         workers = [start() for _ in range(plan.jobs)]
         while True:
@@ -194,10 +206,51 @@ def read_collection(
                         workers[workers.index(w)] = start()
     finally:
         _stop(workers)
+        shutil.rmtree(spool, ignore_errors=True)
     if done.unreadable == len(plan.tasks):  # nothing could be read at all: one line, as with --jobs 1
         raise SourceError(done.failed[-1][2])
     if done.failed:
         commit(_rejects_only(done.failed, opts))
+
+
+_SPOOL_PREFIX = "pdforensics-jobs-"
+
+
+def _spool_dir() -> Path:
+    """A fresh directory for the workers' batch files: in /dev/shm (memory, no disk writes) when
+    there is one. Those a killed ingest left (its pid gone) are removed first."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+    for old in base.glob(f"{_SPOOL_PREFIX}*"):
+        pid = old.name.removeprefix(_SPOOL_PREFIX).split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{_SPOOL_PREFIX}{os.getpid()}-", dir=base))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _env(**values: str) -> Iterator[None]:
+    """Environment variables set while a child process is spawned (it copies the environment)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _planned(con: duckdb.DuckDBPyConnection, task: _Task, selection: Selection) -> _Task:
@@ -208,6 +261,7 @@ def _planned(con: duckdb.DuckDBPyConnection, task: _Task, selection: Selection) 
     ids = sorted({h.seqnum_id for h in (read_header(f) for f in task.files) if h is not None})
     task.resume = mark[1] if mark else None
     task.stored = _ipc(_stored_ranges(con, ids))
+    task.keys = tuple(ids)
     return task
 
 
@@ -270,7 +324,7 @@ def _died(w: _Worker, task: _Task, todo: deque[_Task], done: _Progress) -> None:
     )
     w.task = None
     if task.attempt + 1 < _ATTEMPTS:
-        todo.appendleft(_Task(task.index, task.files, task.label, task.attempt + 1, None, b""))
+        todo.appendleft(_Task(task.index, task.files, task.label, task.attempt + 1, None, b"", task.spool))
         return
     files = ",".join(map(str, task.files))
     done.failed.append(
@@ -338,18 +392,32 @@ def _frame(data: bytes) -> pl.DataFrame:
     return pl.read_ipc(io.BytesIO(data))
 
 
-def _encoded(prep: _Prepared) -> tuple[Any, ...]:
+def _encoded(prep: _Prepared, spool: Path, name: str) -> tuple[Any, ...]:
+    """The batch as a message: lines and events written as Arrow IPC files into `spool` (the main
+    process reads them from memory: no pickling, no pipe copy of the text), the small frames inline."""
     b, p = prep.batch, prep.parsed
-    frames = [_ipc(f) for f in (p.lines, p.events, p.stats, p.odd, b.rejects)]
+    paths = []
+    for part, frame in (("lines", p.lines), ("events", p.events)):
+        path = spool / f"{name}-{part}.arrow"
+        frame.write_ipc(path, compression="uncompressed")
+        paths.append(str(path))
+    small = [_ipc(f) for f in (p.stats, p.odd, b.rejects)]
     counts = (b.skipped, b.null_messages, b.known_unread, b.known_before, b.marks)
-    return (frames, counts, prep.fresh, prep.outside, prep.parsed_records, prep.records)
+    return (paths, small, counts, prep.fresh, prep.outside, prep.parsed_records, prep.records, prep.unseen)
 
 
 def _decoded(msg: tuple[Any, ...]) -> _Prepared:
-    frames, (skipped, nulls, unread, before, marks), fresh, outside, parsed_records, records = msg
-    lines, events, stats, odd, rejects = (_frame(f) for f in frames)
+    paths, small, (skipped, nulls, unread, before, marks), fresh, outside, parsed_records, records, unseen = (
+        msg
+    )
+    lines, events = (pl.read_ipc(p) for p in paths)
+    for p in paths:  # read: the file's name is no longer needed
+        Path(p).unlink(missing_ok=True)
+    stats, odd, rejects = (_frame(f) for f in small)
     batch = RecordBatch(empty_records(), rejects, skipped, nulls, unread, before, marks)
-    return _Prepared(batch, Parsed(lines, events, stats, odd), fresh, outside, parsed_records, records)
+    return _Prepared(
+        batch, Parsed(lines, events, stats, odd), fresh, outside, parsed_records, records, unseen
+    )
 
 
 # ------------------------------------------------------------------ worker process
@@ -409,13 +477,32 @@ def _run_task(
     def known_of(records: pl.DataFrame) -> pl.DataFrame:
         return _known(records, stored)
 
+    spool = Path(task.spool)
     for sent, batch in enumerate(_batches(src, selection, batch_size), 1):
         prep = _prepare(known_of, batch, selection.window, opts, carry, ids, context)
-        conn.send(("batch", _encoded(prep)))
+        lines = prep.parsed.lines.select("source_key", "seq")
+        # What this batch stores is known to the next ones; when all of it is under this task's
+        # own seqnum ids, this worker knows everything stored there: the main process need not look.
+        stored = pl.concat([stored, _runs(lines)])
+        prep.unseen = bool(task.keys) and lines["source_key"].is_in(task.keys).all()
+        conn.send(("batch", _encoded(prep, spool, f"{os.getpid()}-{task.index}-{task.attempt}-{sent}")))
         if die_after and sent >= die_after:
             os.kill(os.getpid(), signal.SIGKILL)
     d = src.direct
     conn.send(("done", (d.files, d.entries, dict(d.fallbacks))))
+
+
+def _runs(keys: pl.DataFrame) -> pl.DataFrame:
+    """(source_key, seq) rows as runs of consecutive seqs: source_key, lo, hi."""
+    keys = keys.drop_nulls().unique().sort("source_key", "seq")
+    run = pl.col("seq") - pl.int_range(pl.len()).over("source_key")
+    return (
+        keys.group_by("source_key", run.alias("_run"))
+        .agg(lo=pl.col("seq").min(), hi=pl.col("seq").max())
+        .select(
+            pl.col("source_key").cast(pl.String), pl.col("lo").cast(pl.Int64), pl.col("hi").cast(pl.Int64)
+        )
+    )
 
 
 def _batches(src: JournalSource, selection: Selection, batch_size: int) -> Iterator[RecordBatch]:
