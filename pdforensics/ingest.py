@@ -203,8 +203,9 @@ def ingest(
 
     `date` (YYYY-MM-DD) dates time-only prefixes no other line of their file dates; `prefix_files`
     add prefix forms to catalog/prefixes.toml. `jobs`: worker processes reading and parsing a
-    journal directory's files (None: one per core, at most one per file; 1: this process, as
-    before; see ingest_jobs). `parquet`: also write the data there (parquet_store's layout)."""
+    journal directory's files (None: one per core, at most one per host; 1: this process, as
+    before; see ingest_jobs; they are spawned, so a script calling this needs the usual
+    `if __name__ == "__main__":` guard). `parquet`: also write the data there (parquet_store)."""
     opts = ParseOptions(catalog=catalog, tz=tz, prefixes=load_prefixes(prefix_files), date=date)
     own = con is None
     con = con or store.open_db(db)

@@ -183,6 +183,13 @@ def read_table(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> duckdb
     return con.sql(table_sql(root, table))
 
 
-def read_tables(con: duckdb.DuckDBPyConnection, root: Path) -> dict[str, duckdb.DuckDBPyRelation]:
+def read_tables(root: Path) -> dict[str, str]:
+    """Every table DIR holds -> the glob of its Parquet files (the contract's helper: the same as
+    `table_globs`). Read lines/events with hive partitioning and drop PARTITION_COLUMNS, or use
+    `table_sql`/`read_table`, which do."""
+    return table_globs(root)
+
+
+def read_relations(con: duckdb.DuckDBPyConnection, root: Path) -> dict[str, duckdb.DuckDBPyRelation]:
     """Every table DIR holds, as relations on `con` (see read_table)."""
     return {name: read_table(con, root, name) for name in table_globs(root)}

@@ -16,7 +16,14 @@ from test_ingest_jobs import export_entries, make_collection
 from pdforensics.api import build_sources
 from pdforensics.catalog import load_catalog
 from pdforensics.ingest import ingest
-from pdforensics.parquet_store import PART_KEY, hive_escape, table_globs, table_sql
+from pdforensics.parquet_store import (
+    PART_KEY,
+    hive_escape,
+    read_relations,
+    read_tables,
+    table_globs,
+    table_sql,
+)
 from pdforensics.paths import fixtures_dir
 from pdforensics.sources import Selection
 
@@ -102,6 +109,12 @@ def test_tables_read_back_exactly_big_rooms_and_null_hosts_included(collection: 
     con.close()
     assert rooms and null_hosts and null_rooms, "the input must hold what this test is about"
     assert_mirrors(db, pq)
+    assert set(read_tables(pq)) >= {"lines", "events", "rooms", "meta", "ingests"}
+    with duckdb.connect(str(db), read_only=True) as con:
+        rels = read_relations(con, pq)
+        assert rels["events"].filter(f"bootstrap_room = {BIG_ROOM}").aggregate("count(*)").fetchall() == [
+            (rooms,)
+        ]
     # The layout: host and hour partitions, NULL host as '_', a name Hive escapes escaped.
     hosts = {p.name for p in (pq / "lines").iterdir()}
     assert {"pdf_host=_", f"pdf_host={hive_escape('d/node=01')}", "pdf_host=p-node-01"} <= hosts
