@@ -249,6 +249,36 @@ def make_journal(work: Path, lines: int) -> list[Path]:
     return sorted(d.glob("*.journal"))  # journal-remote may rotate into several files
 
 
+def make_collection(journal: list[Path], out: Path) -> Path:
+    """A journal-remote collection from the journal input, which stays read-only: one sender's
+    files per unit (`journalctl -o export _SYSTEMD_UNIT=U` -> `systemd-journal-remote -o
+    remote-<U>.journal`, which rotates as a real collection does), made once into `out`."""
+    if _done(out):
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    files = [f"--file={p}" for p in journal]
+    units = subprocess.run(
+        ["journalctl", *files, "-F", "_SYSTEMD_UNIT"], check=True, capture_output=True, text=True
+    ).stdout.split()
+    for unit in sorted(units):
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", unit.removesuffix(".service"))
+        export = subprocess.Popen(
+            ["journalctl", *files, "--no-pager", "-o", "export", f"_SYSTEMD_UNIT={unit}"],
+            stdout=subprocess.PIPE,
+        )
+        subprocess.run(
+            [str(JOURNAL_REMOTE), "-o", str(out / f"remote-{name}.journal"), "-"],
+            stdin=export.stdout, check=True, capture_output=True,
+        )  # fmt: skip
+        if export.stdout:
+            export.stdout.close()
+        if export.wait() != 0:
+            raise RuntimeError(f"journalctl -o export _SYSTEMD_UNIT={unit} failed")
+    (out / "DONE").touch()
+    return out
+
+
 # ------------------------------------------------------------------ children
 
 
@@ -264,6 +294,8 @@ def _child_main(args: list[str]) -> None:
         print(json.dumps(machine()))
     elif what == "ingest":
         _child_ingest(args[1], Path(args[2]), [Path(p) for p in args[3:]])
+    elif what == "collection":
+        _child_collection(int(args[1]), Path(args[2]), Path(args[3]))
     elif what == "reader":
         _child_reader([Path(p) for p in args[1:]])
     elif what == "polars":
@@ -307,6 +339,24 @@ def _child_ingest(kind: str, db: Path, files: list[Path]) -> None:
             }
         )
     )
+
+
+def _child_collection(jobs: int, db: Path, directory: Path) -> None:
+    """`ingest -D DIR --jobs N`: CPU time includes the worker processes (reaped: RUSAGE_CHILDREN)."""
+    t0 = time.perf_counter()
+    from pdforensics.catalog import load_catalog
+    from pdforensics.ingest import ingest
+    from pdforensics.sources import Selection
+    from pdforensics.sources.journal import JournalSource
+
+    catalog = load_catalog()
+    sources = [JournalSource("directory", [directory])]
+    startup = time.perf_counter() - t0
+    cpu = cpu_now()
+    s = ingest(db, sources, Selection(units=("*",)), catalog, views=False, jobs=jobs)
+    cpu = cpu_now() - cpu
+    info = {"records": s.records, "stored": s.stored, "rejected": s.rejected, "elapsed_s": s.elapsed_s}
+    print(json.dumps(info | {"cpu_s": cpu, "startup_s": startup, "files": len(sources[0].files)}))
 
 
 def _child_reader(files: list[Path]) -> None:
@@ -623,6 +673,48 @@ def measure_journal(res: Results, size: str, files: list[Path], db: Path) -> Non
     res.add(size, "journal_reingest_s", info2["elapsed_s"], again.load, "s", "journal re-ingest, time")
 
 
+COLLECTION_JOBS = (1, 2)
+
+
+def measure_collection(res: Results, size: str, directory: Path, db: Path) -> None:
+    """One round: `ingest -D` of the collection into a fresh DB with --jobs 1, then --jobs 2."""
+    stored = {}
+    for jobs in COLLECTION_JOBS:
+        for f in (db, db.with_name(db.name + ".wal")):
+            f.unlink(missing_ok=True)
+        p = spawn(child("collection", str(jobs), str(db), str(directory)))
+        info = json.loads(p.out)
+        stored[jobs] = (info["records"], info["stored"], info["rejected"])
+        res.inputs[size].update(collection_entries=info["records"], collection_files=info["files"])
+        j = f"collection_j{jobs}"
+        res.add(size, f"{j}_s", info["elapsed_s"], p.load, "s", f"collection ingest --jobs {jobs}, time")
+        res.add(
+            size,
+            f"{j}_cpu_s",
+            info["cpu_s"],
+            p.load,
+            "s",
+            f"collection ingest --jobs {jobs}, CPU (workers incl.)",
+        )
+        res.add(
+            size,
+            f"{j}_per_s",
+            info["records"] / info["elapsed_s"],
+            p.load,
+            "entries/s",
+            f"collection ingest --jobs {jobs}",
+        )
+        res.add(
+            size,
+            f"{j}_peak_rss_mb",
+            p.rss_mb,
+            p.load,
+            "MB",
+            f"collection ingest --jobs {jobs}, peak RSS (main)",
+        )
+    assert len(set(stored.values())) == 1, f"--jobs 1 and 2 read/stored/rejected differently: {stored}"
+
+
 def measure_verdict(res: Results, size: str, db: Path, report_out: Path) -> None:
     v = spawn(child("verdict", str(db)))
     info = json.loads(v.out)
@@ -653,6 +745,8 @@ def derive(res: Results, size: str) -> None:
         ("journal_vs_journalctl_export", "journal_entries_per_s", "journalctl_export_per_s", "x", "journal ingest speed / journalctl -o export"),
         ("journal_vs_reader", "journal_entries_per_s", "reader_per_s", "x", "journal ingest speed / python-systemd Reader"),
         ("journal_reingest_share", "journal_reingest_s", "journal_ingest_s", "share", "journal re-ingest / first ingest"),
+        ("collection_speedup", "collection_j1_s", "collection_j2_s", "x", "collection ingest: --jobs 1 time / --jobs 2 time"),
+        ("collection_cpu_ratio", "collection_j2_cpu_s", "collection_j1_cpu_s", "x", "collection ingest: --jobs 2 CPU / --jobs 1 CPU"),
         # The same comparisons in CPU seconds: what a busy shared machine distorts least.
         ("plain_vs_grep_cpu_x", "plain_cpu_s", "grep_cpu_s", "x", "plain ingest CPU / grep CPU"),
         ("plain_vs_lnav_cpu", "lnav_cpu_s", "plain_cpu_s", "x", "lnav CPU / plain ingest CPU"),
@@ -695,7 +789,10 @@ ROWS = (
     "journal_vs_journalctl_json", "journal_vs_journalctl_export", "journal_vs_reader", "journal_cpu_s",
     "journal_process_cpu_s",
     "journal_entries_per_cpu_s", "journalctl_export_cpu_s", "reader_cpu_s", "journal_vs_journalctl_export_cpu",
-    "journal_vs_reader_cpu", "journal_peak_rss_mb", "journal_reingest_share", "views_s", "verdict_s",
+    "journal_vs_reader_cpu", "journal_peak_rss_mb", "journal_reingest_share",
+    "collection_j1_per_s", "collection_j2_per_s", "collection_j1_s", "collection_j2_s", "collection_speedup",
+    "collection_j1_cpu_s", "collection_j2_cpu_s", "collection_cpu_ratio", "collection_j1_peak_rss_mb",
+    "collection_j2_peak_rss_mb", "views_s", "verdict_s",
     "report_s", "report_peak_rss_mb",
 )  # fmt: skip
 
@@ -730,7 +827,10 @@ def _target_mark(res: Results, size: str, name: str, value: float) -> str:
 def table(res: Results, sizes: list[str]) -> str:
     head = "| figure | " + " | ".join(sizes) + " | target |"
     out = [head, "|---|" + "---|" * len(sizes) + "---|"]
-    for size_key, what in (("plain_lines", "plain lines (bytes)"), ("journal_entries", "journal entries")):
+    for size_key, what in (
+        ("plain_lines", "plain lines (bytes)"), ("journal_entries", "journal entries"),
+        ("collection_entries", "collection entries"), ("collection_files", "collection files"),
+    ):  # fmt: skip
         cells = []
         for s in sizes:
             inp = res.inputs.get(s, {})
@@ -817,7 +917,7 @@ def run(
         missing = [
             str(work / f"{kind}-{label}")
             for label in labels
-            for kind in formats
+            for kind in sorted({"collection": "journal"}.get(name, name) for name in formats)
             if not _done(work / f"{kind}-{label}")
         ]
         if missing:  # --dir is read-only with a separate --db-dir: nothing may be generated there
@@ -868,9 +968,13 @@ def run(
             inputs[label]["plain"] = [Path(p) for p in in_child("make", "plain", str(n), str(work))]
             lines, size = _line_count(inputs[label]["plain"])
             res.inputs[label] = {"plain_lines": lines, "plain_bytes": size}
-        if "journal" in formats:
+        if "journal" in formats or "collection" in formats:
             inputs[label]["journal"] = [Path(p) for p in in_child("make", "journal", str(n), str(work))]
             res.inputs.setdefault(label, {})
+        if "collection" in formats:  # made in db_dir: --dir stays read-only
+            inputs[label]["collection"] = [
+                make_collection(inputs[label]["journal"], db_dir / f"collection-{label}")
+            ]
         log(f"[bench] inputs for {label} ready ({time.perf_counter() - started:.0f} s)")
     # Smaller sizes first and all their rounds: a cut-short run still has complete small figures.
     for label, count in zip(labels, runs, strict=True):
@@ -887,6 +991,14 @@ def run(
                 attempt(
                     f"{run_no}: journal",
                     lambda label=label, db=db: measure_journal(res, label, inputs[label]["journal"], db),
+                )
+            if "collection" in formats:
+                db = db_dir / f"collection-{label}.duckdb"
+                attempt(
+                    f"{run_no}: collection --jobs 1, 2",
+                    lambda label=label, db=db: measure_collection(
+                        res, label, inputs[label]["collection"][0], db
+                    ),
                 )
     if verdict and "plain" in formats:
         big, count = labels[-1], runs[-1]
@@ -924,7 +1036,12 @@ def main(argv: list[str] | None = None) -> int:
         "read-only: its inputs must be cached, e.g. --dir INPUTS --db-dir /tmp/bench-db",
     )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results")
-    ap.add_argument("--only", choices=("plain", "journal"), help="one input format only")
+    ap.add_argument(
+        "--only",
+        choices=("plain", "journal", "collection"),
+        help="one input format only (collection: the journal split per unit into a journal-remote "
+        "directory, ingested with --jobs 1 and --jobs 2)",
+    )
     ap.add_argument("--no-verdict", action="store_true", help="skip verdict/report")
     args = ap.parse_args(argv)
     sizes = [3_000] if args.quick else [parse_size(s) for s in args.sizes.split(",") if s.strip()]
@@ -937,9 +1054,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs takes one number or one per size")
     order = sorted(range(len(sizes)), key=sizes.__getitem__)
     sizes, runs = [sizes[i] for i in order], [runs[i] for i in order]
-    formats = (args.only,) if args.only else ("plain", "journal")
+    formats = (args.only,) if args.only else ("plain", "journal", "collection")
     uncached = [n for n in sizes if not _done(args.dir / f"journal-{size_label(n)}")]
-    if "journal" in formats and uncached and args.db_dir is None and not JOURNAL_REMOTE.exists():
+    if (
+        {"journal", "collection"} & set(formats)
+        and not JOURNAL_REMOTE.exists()
+        and (uncached or "collection" in formats)
+    ):
         print(f"{JOURNAL_REMOTE} is missing (Debian: systemd-journal-remote)", file=sys.stderr)
         return 2
     try:

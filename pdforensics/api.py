@@ -75,12 +75,19 @@ def run_ingest(
     announce: Callable[[str], None] | None = None,
     date: str | None = None,
     prefix_files: list[Path] | None = None,
+    jobs: int | None = None,
+    parquet: Path | None = None,
 ) -> tuple[IngestSummary, Verdict | None]:
     """Ingest, then the window's verdict. `announce` gets one line saying what a whole-journal read
-    is about to read (entries, from when); `progress` shows a bar on stderr."""
+    is about to read (entries, from when); `progress` shows a bar on stderr. `jobs`: worker
+    processes for a journal directory (None: one per core); `parquet`: also write the data there."""
     from pdforensics.ingest import ingest
 
     check_date(date)
+    if jobs is not None and jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    if parquet is not None and parquet.exists() and not parquet.is_dir():
+        raise UsageError(f"--parquet {parquet}: not a directory")
     window = checked_window(since, until, now_us, tz)
     lock_wait_s = ingest_lock_wait_s()
     selection = Selection(window=window, units=tuple(units or ("sglang*",)))
@@ -94,7 +101,7 @@ def run_ingest(
         with IngestProgress(progress, extent.entries, input_files(sources)) as tick:
             summary = ingest(
                 db, sources, selection, catalog, tz=tz, progress=tick, con=con, date=date,
-                prefix_files=prefix_files or (),
+                prefix_files=prefix_files or (), jobs=jobs, parquet=parquet,
             )  # fmt: skip
         check_unit_globs(con, summary, selection, sources)
         verdict = _verdict_or_none(

@@ -246,6 +246,25 @@ def ingest(
             help="Extra line prefix forms (TOML), repeatable. [default: the bundled forms]",
         ),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            metavar="N",
+            help="Worker processes reading and parsing a --directory's files (one host's files "
+            "each); 1 reads in this process. [default: the number of cores, at most one per host]",
+        ),
+    ] = None,
+    parquet: Annotated[
+        Path | None,
+        typer.Option(
+            "--parquet",
+            metavar="DIR",
+            help="Also write the data as hive-partitioned Parquet (lines/events by host and hour, "
+            "other tables as snapshots), for Spark. [default: none]",
+        ),
+    ] = None,
 ) -> None:
     """Read the journal and/or log files into the database, then print the one-line verdict."""
     from pdforensics.api import run_ingest
@@ -263,7 +282,7 @@ def ingest(
         files=file, tz=tz, host=host, catalogs=catalog, watchdog_timeout=watchdog_timeout, grace=grace,
         progress=not (quiet or machine) and sys.stderr.isatty(), now_us=_now_us(), watchdog_dialect=watchdog,
         announce=None if quiet or machine else _err, date=date,
-        prefix_files=prefixes,
+        prefix_files=prefixes, jobs=jobs, parquet=parquet,
     )  # fmt: skip
     if json_out:
         print_ingest_json(summary, verdict)

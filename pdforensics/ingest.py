@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -16,6 +17,7 @@ from pdforensics import store
 from pdforensics.catalog import Catalog
 from pdforensics.catalog.prefixes import load_prefixes
 from pdforensics.errors import DatabaseError, is_interrupt
+from pdforensics.parquet_store import ParquetMirror
 from pdforensics.parse import STATS_KEY, Parsed, ParseOptions, StreamCarry, kept_stats, parse_records
 from pdforensics.sources import FILE_MARK, RecordBatch, Selection, Source, Window
 from pdforensics.sources.journal import JournalSource
@@ -196,17 +198,23 @@ def ingest(
     views: bool = True,
     date: str | None = None,
     prefix_files: list[Path] | tuple[Path, ...] = (),
+    jobs: int | None = None,
+    parquet: Path | None = None,
 ) -> IngestSummary:
     """Read every source, store what is new, and return the run's accounting.
 
     `date` (YYYY-MM-DD) dates time-only prefixes no other line of their file dates; `prefix_files`
-    add prefix forms to catalog/prefixes.toml."""
+    add prefix forms to catalog/prefixes.toml. `jobs`: worker processes reading and parsing a
+    journal directory's files (None: one per core, at most one per host; 1: this process, as
+    before; see ingest_jobs; they are spawned, so a script calling this needs the usual
+    `if __name__ == "__main__":` guard). `parquet`: also write the data there (parquet_store)."""
     opts = ParseOptions(catalog=catalog, tz=tz, prefixes=load_prefixes(prefix_files), date=date)
     own = con is None
     con = con or store.open_db(db)
     started = time.perf_counter()
+    run = _Run(batch_size, progress, views, jobs, ParquetMirror(parquet) if parquet is not None else None)
     try:
-        return _ingest(con, db, sources, selection, opts, batch_size, progress, views, started)
+        return _ingest(con, db, sources, selection, opts, run, started)
     except (duckdb.Error, RuntimeError) as exc:
         if is_interrupt(exc):  # Ctrl-C inside a DuckDB call: an interruption, not a database fault
             raise KeyboardInterrupt from None
@@ -231,15 +239,24 @@ _WRITE_FAILED = (
 )
 
 
+@dataclass
+class _Run:
+    """How one ingest runs (ingest's options)."""
+
+    batch_size: int
+    progress: Callable[[int], None] | None
+    views: bool
+    jobs: int | None
+    mirror: ParquetMirror | None
+
+
 def _ingest(
     con: duckdb.DuckDBPyConnection,
     db: str | Path,
     sources: list[Source],
     selection: Selection,
     opts: ParseOptions,
-    batch_size: int,
-    progress: Callable[[int], None] | None,
-    views: bool,
+    run: _Run,
     started: float,
 ) -> IngestSummary:
     units = ",".join(selection.units)
@@ -252,14 +269,26 @@ def _ingest(
     context = _Context()
     next_id = store.next_line_id(con)
     status = "interrupted"
+    from pdforensics.ingest_jobs import collection_plan, read_collection  # it builds on this module
+
+    batch_size, progress, mirror = run.batch_size, run.progress, run.mirror
+    collection = collection_plan(sources, run.jobs)
     try:
-        for src in sources:
-            _plan_resume(con, src, selection)
+        if mirror is not None:
+            mirror.begin(con, ingest_id)
         with store.bulk_load(con, INGEST_MEMORY_LIMIT):
-            batches = _batches(sources, selection, batch_size)
-            _pipeline(
-                con, ingest_id, batches, selection.window, opts, carry, next_id, summary, context, progress
-            )
+            if collection is not None:
+                commit = partial(_commit, con, ingest_id, summary=summary, context=context, remap={},
+                                 progress=progress, mirror=mirror)  # fmt: skip
+                read_collection(con, collection, selection, opts, batch_size, next_id, commit)
+            else:
+                for src in sources:
+                    _plan_resume(con, src, selection)
+                batches = _batches(sources, selection, batch_size)
+                _pipeline(
+                    con, ingest_id, batches, selection.window, opts, carry, next_id, summary, context,
+                    progress, mirror,
+                )  # fmt: skip
         status = "complete"
     finally:
         summary.readers = sorted({s.reader for s in sources})
@@ -283,9 +312,11 @@ def _ingest(
                 store.finish_ingest(con, ingest_id, status, readers)
     summary.elapsed_s = time.perf_counter() - started
     views_started = time.perf_counter()
-    if views:
+    if run.views:
         _install_views(con)
     summary.views_s = time.perf_counter() - views_started
+    if mirror is not None:  # last: `ingests` says 'complete', `meta` has the views' version
+        mirror.finish(con)
     _fill_breakdown(con, summary)
     return summary
 
@@ -322,6 +353,7 @@ def _pipeline(
     summary: IngestSummary,
     context: _Context,
     progress: Callable[[int], None] | None,
+    mirror: ParquetMirror | None = None,
 ) -> None:
     """Parse batch N+1 on a worker thread while batch N is stored (both cores busy).
 
@@ -332,10 +364,12 @@ def _pipeline(
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdforensics-parse")
     first_id = [next_id]  # only the worker reads and advances it: batches parse in order
 
+    def ids(n: int) -> int:
+        first_id[0] += n
+        return first_id[0] - n
+
     def prepare(batch: RecordBatch) -> _Prepared:
-        prep = _prepare(reader, batch, window, opts, carry, first_id[0], context)
-        first_id[0] += prep.parsed_records
-        return prep
+        return _prepare(partial(store.known_lines, reader), batch, window, opts, carry, ids, context)
 
     pending: Future[_Prepared] | None = None
     remap: dict[int, int] = {}
@@ -346,16 +380,16 @@ def _pipeline(
         nonlocal pending
         if pending is not None:
             done, pending = pending, None
-            _commit(con, ingest_id, done.result(), summary, context, remap, progress)
+            _commit(con, ingest_id, done.result(), summary, context, remap, progress, mirror)
 
     try:
         for batch in _keeping(batches, _flush):
             ahead = pool.submit(prepare, batch)
             if pending is not None:
-                _commit(con, ingest_id, pending.result(), summary, context, remap, progress)
+                _commit(con, ingest_id, pending.result(), summary, context, remap, progress, mirror)
             pending = ahead
         if pending is not None:
-            _commit(con, ingest_id, pending.result(), summary, context, remap, progress)
+            _commit(con, ingest_id, pending.result(), summary, context, remap, progress, mirror)
             pending = None
     finally:
         if pending is not None:
@@ -387,41 +421,44 @@ class _Prepared:
     fresh: int  # records not stored before this run's previous batch
     outside: int  # lines dropped as outside the window
     parsed_records: int  # records parsed (context included): the line_ids they took
+    records: int = 0  # records the batch held (its frame may be dropped once parsed: ingest_jobs)
+    unseen: bool = False  # its reader vouches none of its lines is stored (ingest_jobs): no lookup
 
 
 def _prepare(
-    con: duckdb.DuckDBPyConnection,
+    known_of: Callable[[pl.DataFrame], pl.DataFrame],
     batch: RecordBatch,
     window: Window,
     opts: ParseOptions,
     carry: StreamCarry,
-    next_id: int,
+    ids: Callable[[int], int],
     context: _Context,
 ) -> _Prepared:
-    """Drop what the database already holds (as of the batches committed so far) and parse the rest;
-    line_ids from `next_id` on."""
+    """Drop what the database already holds (`known_of(records)`: their source_key, seq, line_id, as
+    of the batches committed so far) and parse the rest; `ids(n)` reserves n line_ids, the first
+    returned."""
     # One entry twice in the input (overlapping exports concatenated) is one line, stored once.
     records = _unique_records(batch.records)
-    known = store.known_lines(con, records)
+    known = known_of(records)
     fresh = records.height - known.height
     todo = records.head(0)
     if fresh:
-        todo, ids = records, known
+        todo, stored = records, known
         if context.records is not None and context.ids is not None:
-            todo, ids = pl.concat([context.records, records]), pl.concat([context.ids, known])
+            todo, stored = pl.concat([context.records, records]), pl.concat([context.ids, known])
         context.records = context.ids = None
-        parsed = parse_records(todo, opts, line_id_base=next_id, carry=carry)
-        if ids.height:
-            parsed = _without_known(parsed, ids, carry)
+        parsed = parse_records(todo, opts, line_id_base=ids(todo.height), carry=carry)
+        if stored.height:
+            parsed = _without_known(parsed, stored, carry)
     else:
         if records.height:
             context.records, context.ids = records.tail(CONTEXT_RECORDS), known
             # The records skipped here break the chain the carry holds: it must not leap over them.
             carry.last_ts.clear()
             carry.last_head.clear()
-        parsed = parse_records(todo, opts, line_id_base=next_id, carry=carry)
+        parsed = parse_records(todo, opts, line_id_base=ids(0), carry=carry)
     parsed, outside = _inside_window(parsed, window)
-    return _Prepared(batch, parsed, fresh, outside, todo.height)
+    return _Prepared(batch, parsed, fresh, outside, todo.height, batch.records.height)
 
 
 def _unique_records(records: pl.DataFrame) -> pl.DataFrame:
@@ -443,29 +480,33 @@ def _commit(
     context: _Context,
     remap: dict[int, int],
     progress: Callable[[int], None] | None,
+    mirror: ParquetMirror | None = None,
 ) -> None:
-    """Store one prepared batch in its own transaction and add its counts to the run's."""
+    """Store one prepared batch in its own transaction and add its counts to the run's (and, with
+    `mirror`, append the stored lines and events to the Parquet copy)."""
     batch, parsed = prep.batch, prep.parsed
-    parsed, late = _drop_stored_meanwhile(con, parsed, remap)
+    parsed, late = (parsed, 0) if prep.unseen else _drop_stored_meanwhile(con, parsed, remap)
     if parsed.lines.height:  # the stats of what is stored (context and out-of-window lines dropped)
         same = parsed.lines.height == parsed.stats["lines"].sum()
         context.stats_parts.append(parsed.stats if same else kept_stats(parsed))
     unread = batch.known_unread + (store.stored_count(con, *batch.known_before) if batch.known_before else 0)
     counts = {
-        "records": batch.records.height + unread,
+        "records": prep.records + unread,
         "stored": parsed.lines.height,
-        "duplicates": batch.records.height - prep.fresh + late + unread,
+        "duplicates": prep.records - prep.fresh + late + unread,
         "skipped": batch.skipped + prep.outside,
         "rejected": batch.rejects.height,
         "unrecognised": parsed.lines["event"].null_count(),
         "parse_errors": parsed.lines.height - parsed.lines["parse_error"].null_count(),
     }
     store.store_batch(con, ingest_id, parsed.lines, parsed.events, batch.rejects, counts, batch.marks)
+    if mirror is not None and parsed.lines.height:
+        mirror.batch(con, ingest_id, parsed.lines["line_id"].min(), parsed.lines["line_id"].max())  # type: ignore[arg-type]
     for key, value in counts.items():
         setattr(summary, key, getattr(summary, key) + value)
     summary.null_messages += batch.null_messages
     if progress:
-        progress(batch.records.height + batch.skipped + batch.rejects.height)
+        progress(prep.records + batch.skipped + batch.rejects.height)
 
 
 def _drop_stored_meanwhile(

@@ -35,6 +35,8 @@ FIGURES = {
     "polars_s", "polars_cpu_s", "polars_lines_per_s", "polars_peak_rss_mb", "plain_vs_polars",
     "plain_vs_polars_cpu", "duckdb_s", "duckdb_cpu_s", "duckdb_lines_per_s", "duckdb_peak_rss_mb",
     "plain_vs_duckdb", "plain_vs_duckdb_cpu",
+    "collection_j1_s", "collection_j2_s", "collection_j1_cpu_s", "collection_j2_cpu_s", "collection_j1_per_s",
+    "collection_j2_per_s", "collection_speedup", "collection_cpu_ratio",
 }  # fmt: skip
 LNAV_FIGURES = {
     "lnav_s", "lnav_cpu_s", "lnav_lines_per_s", "lnav_peak_rss_mb", "plain_vs_lnav", "plain_vs_lnav_cpu",
@@ -94,6 +96,7 @@ def test_quick_mode_writes_every_figure(quick: dict[str, Any]) -> None:
     assert inputs["plain_records"] == inputs["plain_lines"] > 2000
     assert inputs["journal_entries"] > 2000 and inputs["grep_matches"] > 0
     assert inputs["requests"] > 0 and inputs["verdict"]
+    assert inputs["collection_entries"] == inputs["journal_entries"] and inputs["collection_files"] >= 2
     # wait4's CPU of the whole ingest process holds the CPU measured inside it (children included)
     for kind in ("plain", "journal"):
         assert figures[f"{kind}_process_cpu_s"]["median"] >= figures[f"{kind}_cpu_s"]["median"] > 0
@@ -131,7 +134,11 @@ def test_one_liners_extract_the_same_rooms(quick: dict[str, Any]) -> None:
 @pytest.mark.slow
 def test_db_dir_keeps_inputs_read_only(quick: dict[str, Any]) -> None:
     assert quick["inputs_after"] == quick["inputs_before"]
-    assert {p.name for p in quick["dbs"].glob("*.duckdb")} == {"plain-3k.duckdb", "journal-3k.duckdb"}
+    assert {p.name for p in quick["dbs"].glob("*.duckdb")} == {
+        "plain-3k.duckdb", "journal-3k.duckdb", "collection-3k.duckdb",
+    }  # fmt: skip
+    # The collection (the journal split per unit) is made beside the databases, not in --dir.
+    assert len(list((quick["dbs"] / "collection-3k").glob("remote-*.journal"))) >= 2
     assert (quick["dbs"] / "report-3k.html").stat().st_size > 0
 
 

@@ -1,0 +1,170 @@
+"""`ingest --parquet DIR`: the database as hive-partitioned Parquet, read back exactly.
+
+Real journal files (systemd-journal-remote) of a fixture whose rooms are moved above 2^63 and some
+of whose entries lose their _HOSTNAME (NULL hosts), plus a host name that needs escaping.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from conftest import JOURNAL_REMOTE
+from test_ingest_jobs import export_entries, make_collection
+
+from pdforensics.api import build_sources
+from pdforensics.catalog import load_catalog
+from pdforensics.ingest import ingest
+from pdforensics.parquet_store import (
+    PART_KEY,
+    hive_escape,
+    read_relations,
+    read_tables,
+    table_globs,
+    table_sql,
+)
+from pdforensics.paths import fixtures_dir
+from pdforensics.sources import Selection
+
+pytestmark = pytest.mark.skipif(not JOURNAL_REMOTE.exists(), reason="systemd-journal-remote is not installed")
+
+BIG_ROOM = 2**64 - 1_000  # >= 2^63: a UBIGINT that no signed 64-bit type holds
+ROOM = b"5195707840761313063"  # a room of multihost_skew, on both its hosts
+
+
+def odd_export() -> bytes:
+    """multihost_skew with ROOM moved to BIG_ROOM, every 10th entry without _HOSTNAME, and one host
+    renamed to a name Hive escapes (text fields only: binary ones keep their length prefix)."""
+    out = []
+    for n, (entry, _) in enumerate(
+        export_entries((fixtures_dir() / "multihost_skew" / "journal.export").read_bytes())
+    ):
+        lines = entry.split(b"\n")
+        if all(b"=" in line or not line for line in lines):  # text fields only
+            entry = entry.replace(ROOM, str(BIG_ROOM).encode()).replace(
+                b"_HOSTNAME=d-node-01", b"_HOSTNAME=d/node=01"
+            )
+            if n % 10 == 0:
+                entry = b"\n".join(line for line in lines if not line.startswith(b"_HOSTNAME=")).replace(
+                    ROOM, str(BIG_ROOM).encode()
+                )
+        out.append(entry)
+    return b"".join(out)
+
+
+def ingest_into(db: Path, directory: Path, parquet: Path, jobs: int = 2) -> None:
+    sources = build_sources([directory], None, None, None)
+    ingest(db, sources, Selection(units=("*",)), load_catalog([]), batch_size=64, jobs=jobs, parquet=parquet)
+
+
+def assert_mirrors(db: Path, parquet: Path) -> None:
+    """Every table of the database == the Parquet read back: same columns and types, same rows
+    (as multisets: EXCEPT ALL both ways)."""
+    con = duckdb.connect(str(db), read_only=True)
+
+    def one(sql: str) -> object:
+        row = con.execute(sql).fetchone()
+        assert row is not None
+        return row[0]
+
+    try:
+        tables = [
+            r[0]
+            for r in con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'"
+            ).fetchall()
+        ]
+        assert set(table_globs(parquet)) == set(tables), "one entry per stored table"
+        for table in tables:
+            back, want = table_sql(parquet, table), f'SELECT * FROM "{table}"'
+            got_types = con.execute(f"DESCRIBE {back}").fetchall()
+            want_types = con.execute(f"DESCRIBE {want}").fetchall()
+            assert [r[:2] for r in got_types] == [r[:2] for r in want_types], f"{table}: columns and types"
+            assert one(f"SELECT count(*) FROM ({back})") == one(f"SELECT count(*) FROM ({want})"), table
+            assert not one(f"SELECT count(*) FROM (({back}) EXCEPT ALL ({want}))"), (
+                f"{table}: rows only in Parquet"
+            )
+            assert not one(f"SELECT count(*) FROM (({want}) EXCEPT ALL ({back}))"), (
+                f"{table}: rows only in DuckDB"
+            )
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("odd")
+    make_collection(odd_export(), d / "collection", rotate=False)
+    return d / "collection"
+
+
+def test_tables_read_back_exactly_big_rooms_and_null_hosts_included(collection: Path, tmp_path: Path) -> None:
+    db, pq = tmp_path / "db.duckdb", tmp_path / "pq"
+    ingest_into(db, collection, pq)
+    con = duckdb.connect(str(db), read_only=True)
+    rooms = con.execute("SELECT count(*) FROM events WHERE bootstrap_room = ?", [BIG_ROOM]).fetchone()[0]  # type: ignore[index]
+    null_hosts = con.execute("SELECT count(*) FROM lines WHERE host IS NULL").fetchone()[0]  # type: ignore[index]
+    null_rooms = con.execute("SELECT count(*) FROM events WHERE bootstrap_room IS NULL").fetchone()[0]  # type: ignore[index]
+    con.close()
+    assert rooms and null_hosts and null_rooms, "the input must hold what this test is about"
+    assert_mirrors(db, pq)
+    assert set(read_tables(pq)) >= {"lines", "events", "rooms", "meta", "ingests"}
+    with duckdb.connect(str(db), read_only=True) as con:
+        rels = read_relations(con, pq)
+        assert rels["events"].filter(f"bootstrap_room = {BIG_ROOM}").aggregate("count(*)").fetchall() == [
+            (rooms,)
+        ]
+    # The layout: host and hour partitions, NULL host as '_', a name Hive escapes escaped.
+    hosts = {p.name for p in (pq / "lines").iterdir()}
+    assert {"pdf_host=_", f"pdf_host={hive_escape('d/node=01')}", "pdf_host=p-node-01"} <= hosts
+    assert hive_escape("d/node=01") == "d%2Fnode%3D01"
+    hours = {p.name for p in (pq / "lines").glob("*/*")}
+    assert hours and all(
+        h.startswith("pdf_hour=2026-") and len(h) == len("pdf_hour=2026-11-29T12") for h in hours
+    )
+    spark_read = duckdb.sql(
+        f"SELECT DISTINCT pdf_host FROM read_parquet('{pq}/lines/**/*.parquet', hive_partitioning = true)"
+    )
+    assert len(spark_read.fetchall()) == len(hosts)
+
+
+def test_appended_per_ingest_and_mended_after_a_kill(collection: Path, tmp_path: Path) -> None:
+    db, pq = tmp_path / "db.duckdb", tmp_path / "pq"
+    ingest_into(db, collection, pq, jobs=1)
+    first = sorted(p.name for p in pq.glob("lines/*/*/*.parquet"))
+    other = tmp_path / "other"
+    make_collection(
+        (fixtures_dir() / "abort_storm_clean" / "journal.export").read_bytes(), other, rotate=False
+    )
+    ingest_into(db, other, pq)
+    names = sorted(p.name for p in pq.glob("lines/*/*/*.parquet"))
+    assert set(first) < set(names) and any(n.startswith("part-2-") for n in names), "ingest 2 appended"
+    assert_mirrors(db, pq)
+    # A kill between a part's files and its record: a stray file, and a part no record names.
+    con = duckdb.connect(str(db))
+    key = con.execute(
+        "SELECT key FROM meta WHERE starts_with(key, ?) ORDER BY key LIMIT 1", [PART_KEY]
+    ).fetchone()[0]  # type: ignore[index]
+    con.execute("DELETE FROM meta WHERE key = ?", [key])
+    con.close()
+    victim = next(pq.glob("lines/*/*/*.parquet"))
+    (victim.parent / "part-9-123456789.parquet").write_bytes(victim.read_bytes())
+    ingest_into(db, other, pq)  # nothing new to store: the mirror is mended all the same
+    assert not list(pq.glob("lines/*/*/part-9-*.parquet")), "the stray part is gone"
+    assert_mirrors(db, pq)
+
+
+def test_cli_parquet_option_and_help(collection: Path, tmp_path: Path) -> None:
+    from test_reliability import cli
+
+    help_text = cli("ingest", "--help").stdout
+    assert "--parquet" in help_text and "--jobs" in help_text
+    db, pq = tmp_path / "db.duckdb", tmp_path / "pq"
+    proc = cli("ingest", "--db", str(db), "-D", str(collection), "--unit", "*", "--parquet", str(pq), "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert_mirrors(db, pq)
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    bad = cli("ingest", "--db", str(db), "-D", str(collection), "--parquet", str(afile))
+    assert bad.returncode != 0 and "not a directory" in bad.stderr and "Traceback" not in bad.stderr
