@@ -46,21 +46,28 @@ def table_folders(root: Path) -> dict[str, Path]:
     return out
 
 
+def _table_queries(root: Path) -> dict[str, str]:
+    """Each table of the directory -> a DuckDB query giving it back (partition columns dropped)."""
+    out: dict[str, str] = {}
+    for name, folder in table_folders(root).items():
+        if _partitioned(folder):
+            src = f"read_parquet('{folder}/**/*.parquet', hive_partitioning = true)"
+            out[name] = f"SELECT * EXCLUDE ({', '.join(PARTITION_COLUMNS)}) FROM {src}"
+        else:
+            out[name] = f"SELECT * FROM read_parquet('{folder}/*.parquet')"
+    return out
+
+
 def duckdb_schema_of(root: Path, rows: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB database with the directory's tables in their stored types (DuckDB
     reads its own UINT_64 rooms back as UBIGINT), empty (what the translation binds against)
     unless `rows`."""
     con = duckdb.connect(":memory:")
-    for name, folder in table_folders(root).items():
-        if _partitioned(folder):
-            src = f"read_parquet('{folder}/**/*.parquet', hive_partitioning = true)"
-            sql = f"SELECT * EXCLUDE ({', '.join(PARTITION_COLUMNS)}) FROM {src}"
-        else:
-            sql = f"SELECT * FROM read_parquet('{folder}/*.parquet')"
+    for name, sql in _table_queries(root).items():
         try:
             con.execute(f'CREATE TABLE "{name}" AS {sql}' + ("" if rows else " LIMIT 0"))
         except duckdb.Error as exc:
-            raise SourceError(f"{folder}: not readable as Parquet: {str(exc).splitlines()[0]}") from None
+            raise SourceError(f"{root / name}: not readable as Parquet: {str(exc).splitlines()[0]}") from None
     return con
 
 
@@ -157,11 +164,27 @@ def spark_verdict(root: Path, opts: verdict.VerdictOptions, spark: Any | None = 
 
 
 def duckdb_verdict(root: Path, opts: verdict.VerdictOptions) -> verdict.Verdict:
-    """The same verdict by DuckDB over the Parquet directory (its tables read into memory first:
-    DuckDB 2.0.1 fails some window queries run straight on hive-partitioned Parquet, see
-    shared/spark-feasibility.md)."""
-    con = duckdb_schema_of(root, rows=True)
+    """The same verdict by DuckDB over the Parquet directory, its tables read into an in-memory
+    database of the stored schema (keys and all: the views' install records itself in `meta`).
+    Read in, not queried in place: DuckDB 2.0.1 fails some window queries run straight on
+    hive-partitioned Parquet (shared/spark-feasibility.md)."""
+    from pdforensics import store
+
+    con = duckdb.connect(":memory:")
     try:
+        store.create_schema(con)
+        schema = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        for name, sql in _table_queries(root).items():
+            try:
+                if name in schema:
+                    con.execute(f'DELETE FROM "{name}"')
+                    con.execute(f'INSERT INTO "{name}" BY NAME {sql}')
+                else:
+                    con.execute(f'CREATE TABLE "{name}" AS {sql}')
+            except duckdb.Error as exc:
+                raise SourceError(
+                    f"{root / name}: not readable as this table: {str(exc).splitlines()[0]}"
+                ) from None
         return verdict.compute_verdict(con, opts)
     finally:
         con.close()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 
@@ -66,6 +68,8 @@ def local_session(cores: int = 2, app: str = "pdforensics", conf: dict[str, str]
         .config("spark.default.parallelism", str(cores))
         .config("spark.driver.memory", "1g")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        # not ./spark-warehouse in whatever folder the command runs in
+        .config("spark.sql.warehouse.dir", str(Path(tempfile.gettempdir()) / "pdforensics-spark-warehouse"))
     )
     for key, value in (RULES_CONF | SMALL_INPUT_CONF | (conf or {})).items():
         builder = builder.config(key, value)
