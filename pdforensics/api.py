@@ -193,6 +193,49 @@ def run_verdict(
         con.close()
 
 
+ENGINES = ("duckdb", "spark")
+
+
+def run_verdict_on(
+    engine: str,
+    parquet: Path | None,
+    db: Path,
+    since: str | None,
+    until: str | None,
+    watchdog_timeout: float | None,
+    grace: float | None,
+    now_us: int,
+) -> Verdict:
+    """The verdict by `engine` over a Parquet folder (`ingest --parquet`), or over `db`'s tables
+    (exported to Parquet first for Spark). The live host's unit environment is not read: the
+    tables may come from another machine."""
+    import tempfile
+
+    from pdforensics.spark import engine as spark_engine
+
+    if engine not in ENGINES:
+        raise UsageError(f"--engine {engine!r}: one of {', '.join(ENGINES)}")
+    since_us, until_us = _window_us(since, until, now_us)
+    opts = verdict_options(since_us, until_us, watchdog_timeout, grace)
+    if engine == "duckdb":
+        return (
+            spark_engine.duckdb_verdict(parquet, opts)
+            if parquet
+            else run_verdict(db, since, until, watchdog_timeout, grace, now_us)
+        )
+    if parquet is not None:
+        return spark_engine.spark_verdict(parquet, opts)
+    with tempfile.TemporaryDirectory(prefix="pdforensics-spark-") as tmp:
+        con = store.open_db(db, read_only=True)
+        try:
+            from pdforensics.spark import load
+
+            load.export_parquet(con, Path(tmp))
+        finally:
+            con.close()
+        return spark_engine.spark_verdict(Path(tmp), opts)
+
+
 def with_unit_environment(con, opts: VerdictOptions) -> VerdictOptions:  # type: ignore[no-untyped-def]
     """Read from this host's journal: the timeout the prefill unit's environment sets counts as
     deployment evidence (below an armed line)."""

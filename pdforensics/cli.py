@@ -313,12 +313,31 @@ def verdict(
     grace: GraceOpt = None,
     json_out: JsonOpt = False,
     check: CheckOpt = False,
+    engine: Annotated[
+        str,
+        typer.Option(
+            metavar="ENGINE",
+            help="duckdb, or spark: the same rules translated to Spark SQL, on a local Spark session "
+            "(pip install 'pdforensics[spark]' and Java 17; docs/spark.md; exit 5 when it cannot run).",
+        ),
+    ] = "duckdb",
+    parquet: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="DIR",
+            help="Read the tables from the Parquet folder `ingest --parquet` wrote instead of --db. "
+            "[default: --db]",
+        ),
+    ] = None,
 ) -> None:
     """Was anything stuck, and did the watchdog fire? One verdict for the window, with reasons."""
-    from pdforensics.api import run_verdict
+    from pdforensics.api import run_verdict, run_verdict_on
     from pdforensics.render import check_code, print_check, print_verdict
 
-    result = run_verdict(db, since, until, watchdog_timeout, grace, now_us=_now_us())
+    if engine == "duckdb" and parquet is None:
+        result = run_verdict(db, since, until, watchdog_timeout, grace, now_us=_now_us())
+    else:
+        result = run_verdict_on(engine, parquet, db, since, until, watchdog_timeout, grace, now_us=_now_us())
     if check:
         print_check(result)
         raise typer.Exit(check_code(result))

@@ -30,6 +30,13 @@ class DatabaseError(PdfError):
     exit_code = 4
 
 
+class EngineError(PdfError):
+    """The engine asked for cannot run here (`verdict --engine spark`: no pyspark, no Java) or
+    failed to run the rules."""
+
+    exit_code = 5
+
+
 class Stopped(KeyboardInterrupt):
     """SIGTERM (`systemctl stop`) or SIGHUP (the terminal went away): stopped as Ctrl-C stops,
     so every `except KeyboardInterrupt` path (committed batches kept, run marked interrupted) holds."""

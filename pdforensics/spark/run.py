@@ -40,32 +40,49 @@ _TRANSLATED: dict[tuple, tuple[list[translate.Translated], dict[str, str]]] = {}
 
 
 def translate_for(db: Path, params: translate.Params) -> tuple[list[translate.Translated], dict[str, str]]:
-    """The views translated against `db`'s schema (kept per schema and parameters: translating
-    binds every star in DuckDB, ~20 s)."""
+    """The views translated against the DuckDB file `db`'s schema (see translate_con)."""
     con = duckdb.connect(str(db), read_only=True)
     try:
-        shape = tuple(
-            con.execute(
-                "SELECT table_name, column_name, data_type FROM duckdb_columns() "
-                "WHERE schema_name = 'main' AND NOT internal ORDER BY ALL"
-            ).fetchall()
-        )
-        key = (shape, tuple(sorted(params.items())), translate.views_text())
-        if key not in _TRANSLATED:
-            verdict.install_views(con, temporary=True)
-            _TRANSLATED[key] = translate.translate_all(con, params)
-        done, failed = _TRANSLATED[key]
-        return list(done), dict(failed)
+        return translate_con(con, params)
     finally:
         con.close()
+
+
+def translate_con(
+    con: duckdb.DuckDBPyConnection, params: translate.Params
+) -> tuple[list[translate.Translated], dict[str, str]]:
+    """The views translated against `con`'s tables. Kept per schema (translating binds every star
+    in DuckDB, ~20-50 s here); only the views that read the parameters (`params`) are translated
+    again for each set of them. Installs the views on `con` as temporary ones when it needs them."""
+    shape = tuple(
+        con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+            "WHERE schema_name = 'main' AND NOT internal AND database_name = current_database() ORDER BY ALL"
+        ).fetchall()
+    )
+    key = (shape, translate.views_text())
+    if key not in _TRANSLATED:
+        verdict.install_views(con, temporary=True)
+        _TRANSLATED[key] = translate.translate_all(con)
+    done, failed = _TRANSLATED[key]
+    done, failed = list(done), dict(failed)
+    if params:
+        views = {v.name for v in translate.read_views()[0] if translate.reads_parameters(v)}
+        # no star in them: DuckDB's binder (the installed views) is not needed
+        redone, refailed = translate.translate_all(con, params, only=views)
+        by_name = {t.name: t for t in redone}
+        done = [by_name.get(t.name, t) for t in done if t.name not in refailed]
+        failed |= refailed
+    return done, failed
 
 
 def reset(spark: Any) -> None:
     """Forget every temporary view and cached step of an earlier database."""
     spark.catalog.clearCache()
-    for t in spark.catalog.listTables():
-        if t.isTemporary:
-            spark.catalog.dropTempView(t.name)
+    # SHOW VIEWS, not catalog.listTables(): the latter cannot decode its rows without codegen
+    for row in spark.sql("SHOW VIEWS").collect():
+        if row["isTemporary"]:
+            spark.catalog.dropTempView(row["viewName"])
 
 
 def install(
@@ -76,6 +93,15 @@ def install(
     reset(spark)
     load.load_database(spark, db, parquet_dir)
     translated, failed = translate_for(db, params or {})
+    return create_steps(spark, translated, failed)
+
+
+def create_steps(
+    spark: Any, translated: list[translate.Translated], failed: dict[str, str]
+) -> dict[str, str]:
+    """Each translated view's steps as checkpointed temporary views, in order; `failed` (the views
+    that did not translate) grows by those Spark could not analyse or run, and is returned."""
+    failed = dict(failed)
     for t in translated:
         blocked = [d for d in t.deps if d in failed]
         if blocked:

@@ -39,11 +39,7 @@ SQLGLOT_VERSION = "30.30.0"
 
 # Views that translate but do not yet give DuckDB's result on Spark (found by
 # tests/test_spark_equality.py), with the exact construct. Their dependents are not portable either.
-NOT_PORTABLE: dict[str, str] = {
-    "verdict": "not yet verified on Spark: the last equality run stopped at list_position() "
-    "(Spark has no LIST_POSITION; now rewritten to nullif(array_position(..), 0)); clear this entry "
-    "when tests/test_spark_equality.py passes with it",
-}
+NOT_PORTABLE: dict[str, str] = {}
 
 # Parameters (getvariable names) -> Spark literals; an unset one is NULL, as in DuckDB.
 Params = dict[str, Any]
@@ -403,7 +399,8 @@ def spark_format(tree: exp.Expression) -> exp.Expression:
         fmt = args[0]
         if not (isinstance(fmt, exp.Literal) and fmt.is_string):
             raise NotPortable("format() with a computed format string")
-        text, rest, parts, pos = fmt.this, iter(args[1:]), [], 0
+        # a format() nested in an argument first: the rewritten node's subtree is not visited again
+        text, rest, parts, pos = fmt.this, iter(spark_format(a.copy()) for a in args[1:]), [], 0
         for m in _FORMAT_FIELD.finditer(text):
             lit = text[pos : m.start()]
             pos = m.end()
@@ -501,6 +498,44 @@ def spark_arg_min_max(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
+_STRFTIME = {
+    "%Y": "yyyy",
+    "%m": "MM",
+    "%d": "dd",
+    "%H": "HH",
+    "%M": "mm",
+    "%S": "ss",
+    "%f": "SSSSSS",
+    "%%": "%",
+}
+
+
+def spark_strftime(tree: exp.Expression) -> exp.Expression:
+    """DuckDB `strftime(ts, '%Y-%m-%d %H:%M:%SZ')` -> `date_format(ts, "yyyy-MM-dd HH:mm:ss'Z'")`:
+    sqlglot leaves the literal letters unquoted, and Java reads a bare `Z` as the zone offset
+    (`+0000`)."""
+
+    def sub(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.TimeToStr):
+            return node
+        fmt = node.args.get("format")
+        if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+            raise NotPortable("strftime() with a computed format")
+        parts = []
+        for tok in re.findall(r"%.|[^%]+", fmt.this):
+            if tok.startswith("%"):
+                if tok not in _STRFTIME:
+                    raise NotPortable(f"strftime() field {tok}")
+                parts.append(_STRFTIME[tok])
+            else:
+                parts.append("'" + tok.replace("'", "''") + "'" if re.search(r"[A-Za-z']", tok) else tok)
+        return exp.Anonymous(
+            this="date_format", expressions=[node.this.copy(), exp.Literal.string("".join(parts))]
+        )
+
+    return tree.transform(sub)
+
+
 def spark_types(tree: exp.Expression) -> exp.Expression:
     """UBIGINT (rooms) -> DECIMAL(20,0): the type Spark reads a Parquet UINT_64 as, exactly."""
     for dt in list(tree.find_all(exp.DataType)):
@@ -588,31 +623,52 @@ class NotPortable(Exception):
     """A view uses a construct this translator does not turn into exact Spark SQL."""
 
 
-def split_steps(view: str, body: exp.Expression) -> list[tuple[str, bool, exp.Expression]]:
-    """The top-level CTEs as their own steps `<view>__<cte>`, then the view's own SELECT. The
-    runner checkpoints every step (pdforensics.spark.run): Spark inlines every reference to a
-    view or CTE and analyses the whole stack again at each (seconds per step, heap exhaustion on
-    `context`), even under CACHE TABLE; a checkpointed step is a leaf. DuckDB computes its
-    MATERIALIZED steps once for the same reason."""
+def split_steps(view: str, body: exp.Expression, every_cte: bool = False) -> list[tuple[str, exp.Expression]]:
+    """DuckDB's MATERIALIZED top-level CTEs as their own steps `<view>__<cte>`, then the view's
+    own SELECT; each step keeps (in its own WITH) the plain CTEs it reads. The runner checkpoints
+    every step (pdforensics.spark.run): Spark inlines every reference to a view or CTE and
+    analyses the whole stack again at each (minutes and heap exhaustion on `context` when nothing
+    is cut), even under CACHE TABLE; a checkpointed step is a leaf. DuckDB computes its
+    MATERIALIZED steps once for the same reason, so those are where the rules' author cut.
+    `every_cte`: every top-level CTE a step (more Spark jobs, each smaller)."""
     w = body.args.get("with_")
     if not isinstance(w, exp.With):
-        return [(view, False, body)]
-    names = {c.alias: f"{view}__{c.alias}" for c in w.expressions}
+        return [(view, body)]
     body = body.copy()
-    w = body.args["with_"]
-    steps: list[tuple[str, bool, exp.Expression]] = []
-    for cte in w.expressions:
-        steps.append((names[cte.alias], bool(cte.args.get("materialized")), cte.this))
+    ctes = list(body.args["with_"].expressions)
     body.set("with_", None)
-    steps.append((view, False, body))
-    for _, _, q in steps:
+    cut = {c.alias for c in ctes if every_cte or c.args.get("materialized")}
+    names = {a: f"{view}__{a}" for a in cut}
+    plain = {c.alias: c for c in ctes if c.alias not in cut}
+    for q in [c.this for c in ctes] + [body]:
         for t in list(q.find_all(exp.Table)):
             if not t.args.get("db") and t.name in names and not _shadowed(t, q):
                 alias = t.alias_or_name
                 t.set("this", exp.to_identifier(names[t.name]))
                 if not t.alias:
                     t.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
-    return steps
+    steps = [(names[c.alias], c.this) for c in ctes if c.alias in cut] + [(view, body)]
+    out: list[tuple[str, exp.Expression]] = []
+    for name, q in steps:
+        reads = _plain_ctes_read(q, plain)
+        if reads:
+            q = q.copy()
+            q.set("with_", exp.With(expressions=[plain[a].copy() for a in plain if a in reads]))
+        out.append((name, q))
+    return out
+
+
+def _plain_ctes_read(q: exp.Expression, plain: dict[str, exp.CTE]) -> set[str]:
+    """The plain (not cut) CTEs `q` reads, directly or through each other."""
+    seen: set[str] = set()
+    todo = [q]
+    while todo:
+        node = todo.pop()
+        for t in node.find_all(exp.Table):
+            if not t.args.get("db") and t.name in plain and t.name not in seen and not _shadowed(t, node):
+                seen.add(t.name)
+                todo.append(plain[t.name].this)
+    return seen
 
 
 def _shadowed(t: exp.Table, top: exp.Expression) -> bool:
@@ -638,7 +694,7 @@ def translate_view(
     body = union_by_name(body, desc)
     body = row_structs(body, desc)
     out = []
-    for name, _materialized, step in split_steps(view.name, body):
+    for name, step in split_steps(view.name, body):
         step = drop_materialized(step)
         # then the Spark forms
         for rewrite in (
@@ -646,6 +702,9 @@ def translate_view(
             spark_int_casts,
             spark_types,
             spark_any_value,
+            spark_arg_min_max,
+            spark_list_position,
+            spark_strftime,
             spark_unnest,
             spark_asof,
             spark_lists,
@@ -657,16 +716,29 @@ def translate_view(
     return out
 
 
+def reads_parameters(view: View) -> bool:
+    """The view reads a session variable (the `params` view): its translation depends on them."""
+    return any(
+        isinstance(n, exp.Anonymous) and n.name.lower() == "getvariable" for n in view.duck.expression.walk()
+    )
+
+
 def translate_all(
-    con: duckdb.DuckDBPyConnection, params: Params | None = None, root: Path | None = None
+    con: duckdb.DuckDBPyConnection,
+    params: Params | None = None,
+    root: Path | None = None,
+    only: set[str] | None = None,
 ) -> tuple[list[Translated], dict[str, str]]:
     """Every view in file order; the second value names the views that did not translate, and why.
-    `con`: a DuckDB database of the same schema with the views installed (it binds the stars)."""
+    `con`: a DuckDB database of the same schema with the views installed (it binds the stars).
+    `only`: translate just these views (their dependencies are assumed translated)."""
     views, macros = read_views(root)
     out: list[Translated] = []
     failed: dict[str, str] = {}
     desc = Describer(con)
     for v in views:
+        if only is not None and v.name not in only:
+            continue
         if v.name in NOT_PORTABLE:
             failed[v.name] = NOT_PORTABLE[v.name]
             continue

@@ -73,16 +73,6 @@ GROUP BY
   room,
   engine;
 
-CREATE OR REPLACE TEMPORARY VIEW context__done AS
-SELECT
-  room,
-  engine,
-  MIN(ts_us) AS done_us
-FROM context__legs AS legs
-WHERE
-  event IN ('request_finished', 'req_time_stats')
-GROUP BY ALL;
-
 CREATE OR REPLACE TEMPORARY VIEW context__ref AS
 SELECT
   host
@@ -108,17 +98,26 @@ JOIN context__recv AS d
 WHERE
   p.engine = 'prefill' AND d.engine = 'decode';
 
-CREATE OR REPLACE TEMPORARY VIEW context__finish_pairs AS
-SELECT
-  p.room,
-  d.done_us - p.done_us AS done_diff
-FROM context__done AS p
-JOIN context__done AS d
-  ON d.room = p.room
-WHERE
-  p.engine = 'prefill' AND d.engine = 'decode';
-
 CREATE OR REPLACE TEMPORARY VIEW context__decode_hosts AS
+WITH done AS (
+  SELECT
+    room,
+    engine,
+    MIN(ts_us) AS done_us
+  FROM context__legs AS legs
+  WHERE
+    event IN ('request_finished', 'req_time_stats')
+  GROUP BY ALL
+), finish_pairs AS (
+  SELECT
+    p.room,
+    d.done_us - p.done_us AS done_diff
+  FROM done AS p
+  JOIN done AS d
+    ON d.room = p.room
+  WHERE
+    p.engine = 'prefill' AND d.engine = 'decode'
+)
 SELECT
   x.d_host AS host,
   CAST(BROUND(LEAST(MEDIAN(x.recv_diff), MIN(f.done_diff))) AS BIGINT) AS offset_us,
@@ -126,37 +125,37 @@ SELECT
 FROM context__pairs AS x
 JOIN context__ref AS ref
   ON x.p_host = ref.host
-LEFT JOIN context__finish_pairs AS f
+LEFT JOIN finish_pairs AS f
   ON f.room = x.room
 WHERE
   x.d_host <> x.p_host
 GROUP BY
   x.d_host;
 
-CREATE OR REPLACE TEMPORARY VIEW context__other_prefill AS
-/* other prefill hosts, through the decode hosts already placed on the reference clock */
-SELECT
-  x.p_host AS host,
-  CAST(BROUND(MEDIAN(d.offset_us - x.recv_diff)) AS BIGINT) AS offset_us,
-  COUNT(*) AS pairs
-FROM context__pairs AS x
-JOIN context__decode_hosts AS d
-  ON d.host = x.d_host
-WHERE
-  NOT x.p_host IN (
-    SELECT
-      host
-    FROM context__ref AS ref
-  )
-  AND NOT x.p_host IN (
-    SELECT
-      host
-    FROM context__decode_hosts AS decode_hosts
-  )
-GROUP BY
-  x.p_host;
-
 CREATE OR REPLACE TEMPORARY VIEW context__placed AS
+WITH other_prefill AS (
+  /* other prefill hosts, through the decode hosts already placed on the reference clock */
+  SELECT
+    x.p_host AS host,
+    CAST(BROUND(MEDIAN(d.offset_us - x.recv_diff)) AS BIGINT) AS offset_us,
+    COUNT(*) AS pairs
+  FROM context__pairs AS x
+  JOIN context__decode_hosts AS d
+    ON d.host = x.d_host
+  WHERE
+    NOT x.p_host IN (
+      SELECT
+        host
+      FROM context__ref AS ref
+    )
+    AND NOT x.p_host IN (
+      SELECT
+        host
+      FROM context__decode_hosts AS decode_hosts
+    )
+  GROUP BY
+    x.p_host
+)
 SELECT
   host,
   CAST(0 AS BIGINT) AS offset_us,
@@ -176,7 +175,7 @@ SELECT
   offset_us,
   pairs,
   'receive pairs via decode'
-FROM context__other_prefill AS other_prefill;
+FROM other_prefill;
 
 CREATE OR REPLACE TEMPORARY VIEW context__host_lines AS
 /* first/last: the host's lines in the window (with 10 minutes of slack for its offset); the */
@@ -207,31 +206,31 @@ FROM context__host_lines AS h
 LEFT JOIN context__placed AS pl
   USING (host);
 
-CREATE OR REPLACE TEMPORARY VIEW context__clock0 AS
-SELECT
-  CASE
-    WHEN ANY_VALUE(w.start_given, TRUE)
-    THEN ANY_VALUE(w.start_us, TRUE)
-    ELSE COALESCE(MIN(o.first_t) FILTER(WHERE
-      o.n_lines > 0), ANY_VALUE(w.start_us, TRUE))
-  END AS start_t,
-  CASE
-    WHEN ANY_VALUE(w.end_given, TRUE)
-    THEN ANY_VALUE(w.end_us, TRUE)
-    ELSE COALESCE(MAX(o.last_t), ANY_VALUE(w.end_us, TRUE))
-  END AS end_t,
-  ANY_VALUE(w.ctx_us, TRUE) AS ctx_us
-FROM context__w AS w
-LEFT JOIN context__offsets AS o
-  ON TRUE;
-
 CREATE OR REPLACE TEMPORARY VIEW context__clock AS
+WITH clock0 /* The window on the reference clock: given bounds are true time; a data span ends where the */ /* last host's lines end, once each host is moved onto the reference clock. */ AS (
+  SELECT
+    CASE
+      WHEN ANY_VALUE(w.start_given, TRUE)
+      THEN ANY_VALUE(w.start_us, TRUE)
+      ELSE COALESCE(MIN(o.first_t) FILTER(WHERE
+        o.n_lines > 0), ANY_VALUE(w.start_us, TRUE))
+    END AS start_t,
+    CASE
+      WHEN ANY_VALUE(w.end_given, TRUE)
+      THEN ANY_VALUE(w.end_us, TRUE)
+      ELSE COALESCE(MAX(o.last_t), ANY_VALUE(w.end_us, TRUE))
+    END AS end_t,
+    ANY_VALUE(w.ctx_us, TRUE) AS ctx_us
+  FROM context__w AS w
+  LEFT JOIN context__offsets AS o
+    ON TRUE
+)
 /* never an inverted window (a start given after the data) */
 SELECT
   start_t,
   GREATEST(end_t, start_t) AS end_t,
   start_t - ctx_us AS ctx_start_t
-FROM context__clock0 AS clock0;
+FROM clock0;
 
 CREATE OR REPLACE TEMPORARY VIEW context__hw AS
 SELECT
@@ -270,26 +269,26 @@ WHERE
     s.lo_us < gb.lo_us OR s.hi_us > gb.hi_us
   );
 
-CREATE OR REPLACE TEMPORARY VIEW context__unfolded AS
-/* two plain filters, not one OR: each reaches the scan (no line passes both) */
-SELECT
-  l.*
-FROM lines AS l, context__folded AS folded
-WHERE
-  l.line_id > folded.line_id
-UNION ALL
-SELECT
-  l.*
-FROM lines AS l, context__folded AS folded
-WHERE
-  l.line_id <= folded.line_id
-  AND l.ts_us DIV 1000000 IN (
-    SELECT
-      sec
-    FROM context__cut AS cut
-  );
-
 CREATE OR REPLACE TEMPORARY VIEW context__line_secs AS
+WITH unfolded AS (
+  /* two plain filters, not one OR: each reaches the scan (no line passes both) */
+  SELECT
+    l.*
+  FROM lines AS l, context__folded AS folded
+  WHERE
+    l.line_id > folded.line_id
+  UNION ALL
+  SELECT
+    l.*
+  FROM lines AS l, context__folded AS folded
+  WHERE
+    l.line_id <= folded.line_id
+    AND l.ts_us DIV 1000000 IN (
+      SELECT
+        sec
+      FROM context__cut AS cut
+    )
+)
 SELECT
   host,
   engine,
@@ -383,7 +382,7 @@ FROM (
         l.event IS NULL AND l.parse_error IS NULL AND l.cont_of IS NULL) AS n_other_lines,
       COUNT(*) FILTER(WHERE
         NOT l.cont_of IS NULL) AS n_continuation
-    FROM context__unfolded AS l
+    FROM unfolded AS l
     JOIN context__gb AS gb
       ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
     GROUP BY ALL
@@ -464,38 +463,36 @@ FROM (
 )
 GROUP BY ALL;
 
-CREATE OR REPLACE TEMPORARY VIEW context__armed AS
-SELECT
-  COUNT(*) AS n,
-  MAX_BY(e.timeout_s, e.ts_us) AS timeout_s,
-  MAX(e.ts_us) AS last_us
-FROM events AS e
-JOIN context__hw AS hw
-  ON hw.host = COALESCE(e.host, '') AND e.ts_us <= hw.hi_us
-WHERE
-  e.event = 'watchdog_armed';
-
-CREATE OR REPLACE TEMPORARY VIEW context__fired AS
-SELECT
-  COUNT(*) AS n,
-  MAX(e.timeout_s) AS timeout_s
-FROM events AS e
-JOIN context__hw AS hw
-  ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
-WHERE
-  e.event = 'watchdog_fired';
-
-CREATE OR REPLACE TEMPORARY VIEW context__prefill_starts AS
-SELECT
-  COUNT(*) AS n
-FROM events AS e
-JOIN context__hw AS hw
-  ON hw.host = COALESCE(e.host, '') AND e.ts_us <= hw.hi_us
-WHERE
-  e.engine = 'prefill'
-  AND e.event IN ('server_args', 'server_ready', 'unit_started');
-
 CREATE OR REPLACE TEMPORARY VIEW context__st AS
+WITH armed /* -------------------------------------------------------------------------------- watchdog */ /* The patch prints `inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=Ns` once per */ /* scheduler process at start; lines before the window count (the prefill may have started long */ /* before it). A prefill start in the data without that line means an old build. */ AS (
+  SELECT
+    COUNT(*) AS n,
+    MAX_BY(e.timeout_s, CASE WHEN NOT e.timeout_s IS NULL THEN e.ts_us END) AS timeout_s,
+    MAX(e.ts_us) AS last_us
+  FROM events AS e
+  JOIN context__hw AS hw
+    ON hw.host = COALESCE(e.host, '') AND e.ts_us <= hw.hi_us
+  WHERE
+    e.event = 'watchdog_armed'
+), fired AS (
+  SELECT
+    COUNT(*) AS n,
+    MAX(e.timeout_s) AS timeout_s
+  FROM events AS e
+  JOIN context__hw AS hw
+    ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+  WHERE
+    e.event = 'watchdog_fired'
+), prefill_starts AS (
+  SELECT
+    COUNT(*) AS n
+  FROM events AS e
+  JOIN context__hw AS hw
+    ON hw.host = COALESCE(e.host, '') AND e.ts_us <= hw.hi_us
+  WHERE
+    e.engine = 'prefill'
+    AND e.event IN ('server_args', 'server_ready', 'unit_started')
+)
 SELECT
   CASE
     WHEN NOT w.operator_deployed IS NULL
@@ -568,7 +565,7 @@ SELECT
   CAST(BROUND((
     w.storm_gap_s * 1e6
   )) AS BIGINT) AS storm_gap_us
-FROM context__w AS w, context__armed AS armed, context__fired AS fired, context__prefill_starts AS prefill_starts, context__clock AS clock;
+FROM context__w AS w, armed, fired, prefill_starts, context__clock AS clock;
 
 CREATE OR REPLACE TEMPORARY VIEW context__s AS
 /* stuck_us = timeout + grace: a request held longer than that with no watchdog line is one the */
@@ -627,131 +624,124 @@ WHERE
     'unit_exited'
   );
 
-CREATE OR REPLACE TEMPORARY VIEW context__ident AS
-SELECT
-  host,
-  engine,
-  COALESCE(invocation_id, CAST(pid AS STRING)) AS identity,
-  MIN(lo_us) AS first_us,
-  MAX(hi_us) AS last_us
-FROM context__line_secs AS line_secs
-WHERE
-  engine IN ('prefill', 'decode') AND own
-GROUP BY ALL;
-
-CREATE OR REPLACE TEMPORARY VIEW context__islands AS
-/* identities that overlap in time (TP-rank subprocesses with their own PIDs) are one */
-/* incarnation; a new one starts when an identity begins after every earlier one has ended */
-SELECT
-  *,
-  COALESCE(
-    first_us > MAX(last_us) OVER (
-      PARTITION BY host, engine
-      ORDER BY first_us NULLS LAST, last_us NULLS LAST
-      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ),
-    TRUE
-  ) AS starts_new
-FROM context__ident AS ident;
-
-CREATE OR REPLACE TEMPORARY VIEW context__numbered AS
-SELECT
-  *,
-  SUM(CAST(starts_new AS INT)) OVER (PARTITION BY host, engine ORDER BY first_us NULLS LAST, last_us NULLS LAST) AS k
-FROM context__islands AS islands;
-
-CREATE OR REPLACE TEMPORARY VIEW context__by_identity AS
-SELECT
-  host,
-  engine,
-  MIN(first_us) AS start_us,
-  LISTAGG(identity, ',') WITHIN GROUP (ORDER BY
-    first_us NULLS LAST) AS identity,
-  'new process' AS started_by
-FROM context__numbered AS numbered
-GROUP BY
-  host,
-  engine,
-  k;
-
-CREATE OR REPLACE TEMPORARY VIEW context__anon_lines AS
-SELECT
-  host,
-  engine,
-  MIN(lo_us) AS start_us
-FROM context__line_secs AS line_secs
-WHERE
-  engine IN ('prefill', 'decode') AND invocation_id IS NULL AND pid IS NULL
-GROUP BY ALL;
-
-CREATE OR REPLACE TEMPORARY VIEW context__anon_marks AS
-SELECT
-  *,
-  LAG(event) OVER (PARTITION BY host, engine ORDER BY ts_us NULLS LAST, line_id NULLS LAST) AS prev_event
-FROM context__life AS life
-WHERE
-  pid IS NULL AND invocation_id IS NULL;
-
-CREATE OR REPLACE TEMPORARY VIEW context__anon_starts AS
-/* without process ids, a startup after an earlier lifecycle line is a new process */
-SELECT
-  host,
-  engine,
-  ts_us AS start_us,
-  NULL AS identity,
-  'startup line' AS started_by
-FROM context__anon_marks AS anon_marks
-WHERE
-  (
-    event = 'server_args' AND NOT prev_event IS NULL
-  )
-  OR (
-    event = 'server_ready'
-    AND prev_event IN ('sigterm', 'graceful_exit', 'server_ready')
-  )
-UNION ALL
-SELECT
-  host,
-  engine,
-  start_us,
-  NULL,
-  'first line'
-FROM context__anon_lines AS anon_lines;
-
-CREATE OR REPLACE TEMPORARY VIEW context__all_starts AS
-SELECT
-  host,
-  engine,
-  start_us,
-  identity,
-  started_by
-FROM context__by_identity AS by_identity
-UNION ALL
-SELECT
-  host,
-  engine,
-  start_us,
-  identity,
-  started_by
-FROM (
-  SELECT
-    host AS host,
-    engine AS engine,
-    start_us AS start_us,
-    identity AS identity,
-    started_by AS started_by,
-    ROW_NUMBER() OVER (PARTITION BY host, engine, start_us ORDER BY host, engine, start_us) AS _row_number
-  FROM context__anon_starts AS anon_starts
-) AS _t
-WHERE
-  _row_number = 1;
-
 CREATE OR REPLACE TEMPORARY VIEW context__spans AS
+WITH ident AS (
+  SELECT
+    host,
+    engine,
+    COALESCE(invocation_id, CAST(pid AS STRING)) AS identity,
+    MIN(lo_us) AS first_us,
+    MAX(hi_us) AS last_us
+  FROM context__line_secs AS line_secs
+  WHERE
+    engine IN ('prefill', 'decode') AND own
+  GROUP BY ALL
+), islands AS (
+  /* identities that overlap in time (TP-rank subprocesses with their own PIDs) are one */
+  /* incarnation; a new one starts when an identity begins after every earlier one has ended */
+  SELECT
+    *,
+    COALESCE(
+      first_us > MAX(last_us) OVER (
+        PARTITION BY host, engine
+        ORDER BY first_us NULLS LAST, last_us NULLS LAST
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+      ),
+      TRUE
+    ) AS starts_new
+  FROM ident
+), numbered AS (
+  SELECT
+    *,
+    SUM(CAST(starts_new AS INT)) OVER (PARTITION BY host, engine ORDER BY first_us NULLS LAST, last_us NULLS LAST) AS k
+  FROM islands
+), by_identity AS (
+  SELECT
+    host,
+    engine,
+    MIN(first_us) AS start_us,
+    LISTAGG(identity, ',') WITHIN GROUP (ORDER BY
+      first_us NULLS LAST) AS identity,
+    'new process' AS started_by
+  FROM numbered
+  GROUP BY
+    host,
+    engine,
+    k
+), anon_lines AS (
+  SELECT
+    host,
+    engine,
+    MIN(lo_us) AS start_us
+  FROM context__line_secs AS line_secs
+  WHERE
+    engine IN ('prefill', 'decode') AND invocation_id IS NULL AND pid IS NULL
+  GROUP BY ALL
+), anon_marks AS (
+  SELECT
+    *,
+    LAG(event) OVER (PARTITION BY host, engine ORDER BY ts_us NULLS LAST, line_id NULLS LAST) AS prev_event
+  FROM context__life AS life
+  WHERE
+    pid IS NULL AND invocation_id IS NULL
+), anon_starts AS (
+  /* without process ids, a startup after an earlier lifecycle line is a new process */
+  SELECT
+    host,
+    engine,
+    ts_us AS start_us,
+    NULL AS identity,
+    'startup line' AS started_by
+  FROM anon_marks
+  WHERE
+    (
+      event = 'server_args' AND NOT prev_event IS NULL
+    )
+    OR (
+      event = 'server_ready'
+      AND prev_event IN ('sigterm', 'graceful_exit', 'server_ready')
+    )
+  UNION ALL
+  SELECT
+    host,
+    engine,
+    start_us,
+    NULL,
+    'first line'
+  FROM anon_lines
+), all_starts AS (
+  SELECT
+    host,
+    engine,
+    start_us,
+    identity,
+    started_by
+  FROM by_identity
+  UNION ALL
+  SELECT
+    host,
+    engine,
+    start_us,
+    identity,
+    started_by
+  FROM (
+    SELECT
+      host AS host,
+      engine AS engine,
+      start_us AS start_us,
+      identity AS identity,
+      started_by AS started_by,
+      ROW_NUMBER() OVER (PARTITION BY host, engine, start_us ORDER BY host, engine, start_us) AS _row_number
+    FROM anon_starts
+  ) AS _t
+  WHERE
+    _row_number = 1
+)
 SELECT
   *,
   ROW_NUMBER() OVER wi AS incarnation,
   LEAD(start_us) OVER wi AS next_start_us
-FROM context__all_starts AS all_starts
+FROM all_starts
 WINDOW wi AS (PARTITION BY host, engine ORDER BY start_us NULLS LAST);
 
 CREATE OR REPLACE TEMPORARY VIEW context__seconds AS
@@ -768,45 +758,44 @@ WHERE
   engine IN ('prefill', 'decode')
 GROUP BY ALL;
 
-CREATE OR REPLACE TEMPORARY VIEW context__marks AS
-SELECT
-  sp.host,
-  sp.engine,
-  sp.incarnation,
-  MIN(m.ts_us) FILTER(WHERE
-    m.event = 'server_ready') AS ready_us,
-  MIN(m.ts_us) FILTER(WHERE
-    m.is_stop) AS stop_us,
-  CASE
-    WHEN MIN(m.ts_us) FILTER(WHERE
-      m.is_death) <= COALESCE(MIN(m.ts_us) FILTER(WHERE
-      m.is_stop AND NOT m.is_death), 9223372036854775807)
-    THEN MIN(m.ts_us) FILTER(WHERE
-      m.is_death)
-  END AS died_us /* a death that ends a stop already under way (systemd killing a process that ignored */ /* SIGTERM) is part of that stop; one with no stop before it is a crash */
-FROM context__spans AS sp
-JOIN context__life AS m
-  ON m.host = sp.host
-  AND m.engine = sp.engine
-  AND m.ts_us >= sp.start_us
-  AND m.ts_us < COALESCE(sp.next_start_us, 9223372036854775807)
-GROUP BY ALL;
-
-CREATE OR REPLACE TEMPORARY VIEW context__last_lines AS
-SELECT
-  sp.host,
-  sp.engine,
-  sp.incarnation,
-  MAX(x.hi_us) AS last_us
-FROM context__spans AS sp
-JOIN context__seconds AS x
-  ON x.host = sp.host
-  AND x.engine = sp.engine
-  AND x.hi_us >= sp.start_us
-  AND x.hi_us < COALESCE(sp.next_start_us, 9223372036854775807)
-GROUP BY ALL;
-
 CREATE OR REPLACE TEMPORARY VIEW context__inc AS
+WITH marks AS (
+  SELECT
+    sp.host,
+    sp.engine,
+    sp.incarnation,
+    MIN(m.ts_us) FILTER(WHERE
+      m.event = 'server_ready') AS ready_us,
+    MIN(m.ts_us) FILTER(WHERE
+      m.is_stop) AS stop_us,
+    CASE
+      WHEN MIN(m.ts_us) FILTER(WHERE
+        m.is_death) <= COALESCE(MIN(m.ts_us) FILTER(WHERE
+        m.is_stop AND NOT m.is_death), 9223372036854775807)
+      THEN MIN(m.ts_us) FILTER(WHERE
+        m.is_death)
+    END AS died_us /* a death that ends a stop already under way (systemd killing a process that ignored */ /* SIGTERM) is part of that stop; one with no stop before it is a crash */
+  FROM context__spans AS sp
+  JOIN context__life AS m
+    ON m.host = sp.host
+    AND m.engine = sp.engine
+    AND m.ts_us >= sp.start_us
+    AND m.ts_us < COALESCE(sp.next_start_us, 9223372036854775807)
+  GROUP BY ALL
+), last_lines AS (
+  SELECT
+    sp.host,
+    sp.engine,
+    sp.incarnation,
+    MAX(x.hi_us) AS last_us
+  FROM context__spans AS sp
+  JOIN context__seconds AS x
+    ON x.host = sp.host
+    AND x.engine = sp.engine
+    AND x.hi_us >= sp.start_us
+    AND x.hi_us < COALESCE(sp.next_start_us, 9223372036854775807)
+  GROUP BY ALL
+)
 SELECT
   sp.host,
   sp.engine,
@@ -824,9 +813,9 @@ SELECT
   m.stop_us - COALESCE(o.offset_us, 0) AS stop_t,
   l.last_us - COALESCE(o.offset_us, 0) AS last_t
 FROM context__spans AS sp
-LEFT JOIN context__marks AS m
+LEFT JOIN marks AS m
   USING (host, engine, incarnation)
-LEFT JOIN context__last_lines AS l
+LEFT JOIN last_lines AS l
   USING (host, engine, incarnation)
 LEFT JOIN context__offsets AS o
   ON o.host = sp.host;
@@ -960,7 +949,7 @@ SELECT
   COUNT(*) AS samples,
   MIN(t.t_us) AS first_t,
   MAX(t.t_us) AS last_t,
-  MAX_BY(t.floor, t.t_us) AS last_floor,
+  MAX_BY(t.floor, CASE WHEN NOT t.floor IS NULL THEN t.t_us END) AS last_floor,
   MAX(t.floor) AS peak_floor,
   MAX(t.t_us) FILTER(WHERE
     t.floor = 0) AS last_zero_t,
@@ -986,27 +975,27 @@ JOIN context__tails AS t
   USING (host, dp_rank, tp_rank, incarnation)
 GROUP BY ALL;
 
-CREATE OR REPLACE TEMPORARY VIEW context__per_dp AS
-/* duplicate TP-rank streams of one DP rank (--enable-metrics-for-all-schedulers) count once */
-SELECT
-  host,
-  incarnation,
-  dp_rank,
-  MAX(pinned_floor) AS pinned_floor,
-  MIN(pinned_since) AS pinned_since,
-  MAX(open_floor) AS open_floor,
-  MIN(open_since) AS open_since,
-  MAX(last_floor) AS last_floor,
-  MAX(last_zero_t) AS last_zero_t,
-  MAX(last_empty_t) AS last_empty_t,
-  MAX(last_t) AS last_t,
-  MIN(first_t) AS first_t,
-  SUM(samples) AS samples,
-  MAX(peak_floor) AS peak_floor
-FROM context__streams AS streams
-GROUP BY ALL;
-
 CREATE OR REPLACE TEMPORARY VIEW context__gauge AS
+WITH per_dp AS (
+  /* duplicate TP-rank streams of one DP rank (--enable-metrics-for-all-schedulers) count once */
+  SELECT
+    host,
+    incarnation,
+    dp_rank,
+    MAX(pinned_floor) AS pinned_floor,
+    MIN(pinned_since) AS pinned_since,
+    MAX(open_floor) AS open_floor,
+    MIN(open_since) AS open_since,
+    MAX(last_floor) AS last_floor,
+    MAX(last_zero_t) AS last_zero_t,
+    MAX(last_empty_t) AS last_empty_t,
+    MAX(last_t) AS last_t,
+    MIN(first_t) AS first_t,
+    SUM(samples) AS samples,
+    MAX(peak_floor) AS peak_floor
+  FROM context__streams AS streams
+  GROUP BY ALL
+)
 /* per prefill host and incarnation; DP ranks add up. last_zero_t / last_empty_t: by then every */
 /* DP rank's inflight queue (resp. all its queues) had been seen empty at least once */
 SELECT
@@ -1027,7 +1016,7 @@ SELECT
     ANY_VALUE(CASE WHEN NOT i.next_start_us IS NULL THEN i.last_t END, TRUE),
     ANY_VALUE(s.end_t, TRUE)
   ) AS stream_end_t /* a stream ends with its incarnation: the process's last line if it restarted, else the window end */
-FROM context__per_dp AS g
+FROM per_dp AS g
 CROSS JOIN context__s AS s
 LEFT JOIN context__inc AS i
   ON i.host = g.host AND i.engine = 'prefill' AND i.incarnation = g.incarnation
@@ -1052,73 +1041,72 @@ WHERE
     NOT e.log_requests IS NULL OR NOT e.log_level IS NULL
   );
 
-CREATE OR REPLACE TEMPORARY VIEW context__queue_samples AS
-SELECT
-  COALESCE(e.host, '') AS host,
-  e.engine,
-  COALESCE(e.dp_rank, -1) AS dp_rank,
-  COALESCE(e.tp_rank, -1) AS tp_rank,
-  e.line_id,
-  e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
-  q.queue,
-  q.value
-FROM events AS e
-JOIN context__hw AS hw
-  ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
-LEFT JOIN context__offsets AS o
-  ON o.host = COALESCE(e.host, '')
-CROSS JOIN LATERAL (
-  SELECT
-    INLINE(
-      ARRAY(
-        STRUCT('bootstrap' AS queue, e.bootstrap_req AS value),
-        STRUCT('waiting' AS queue, e.queue_req AS value)
-      )
-    )
-) AS q
-WHERE
-  e.event = 'prefill_stats' AND e.engine = 'prefill'
-UNION ALL
-SELECT
-  COALESCE(e.host, '') AS host,
-  e.engine,
-  COALESCE(e.dp_rank, -1) AS dp_rank,
-  COALESCE(e.tp_rank, -1) AS tp_rank,
-  e.line_id,
-  e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
-  q.queue,
-  q.value
-FROM events AS e
-JOIN context__hw AS hw
-  ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
-LEFT JOIN context__offsets AS o
-  ON o.host = COALESCE(e.host, '')
-CROSS JOIN LATERAL (
-  SELECT
-    INLINE(
-      ARRAY(
-        STRUCT('transfer' AS queue, e.transfer_req AS value),
-        STRUCT('prealloc' AS queue, e.prealloc_req AS value)
-      )
-    )
-) AS q
-WHERE
-  e.event = 'decode_stats' AND e.engine = 'decode';
-
-CREATE OR REPLACE TEMPORARY VIEW context__queue_islands AS
-/* a stretch of non-zero samples per stream: islands numbered by the zeros before them */
-SELECT
-  *,
-  SUM(CASE WHEN value = 0 THEN 1 ELSE 0 END) OVER (
-    PARTITION BY host, engine, queue, dp_rank, tp_rank
-    ORDER BY t_us NULLS LAST, line_id NULLS LAST
-    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-  ) AS island
-FROM context__queue_samples AS queue_samples
-WHERE
-  NOT value IS NULL;
-
 CREATE OR REPLACE TEMPORARY VIEW context__frozen AS
+WITH queue_samples /* ---------------------------------------------------------------- the other queues, per rank */ /* Pins happen outside the prefill inflight queue too: a decode transfer or prealloc queue, the */ /* bootstrap queue of one PP/DP rank, the prefill waiting queue. Each queue of each logging rank is */ /* a stream of gauge samples. A stretch that never drops to zero for longer than timeout + grace */ /* (at least 3 samples) and keeps returning to its lowest value (at least half its samples sit */ /* there) has that lowest value frozen: something stuck the inflight watchdog does not cover, even */ /* while other requests pass through above it. A saturated queue that moves (its lowest value */ /* only now and then) is not frozen. */ AS (
+  SELECT
+    COALESCE(e.host, '') AS host,
+    e.engine,
+    COALESCE(e.dp_rank, -1) AS dp_rank,
+    COALESCE(e.tp_rank, -1) AS tp_rank,
+    e.line_id,
+    e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
+    q.queue,
+    q.value
+  FROM events AS e
+  JOIN context__hw AS hw
+    ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+  LEFT JOIN context__offsets AS o
+    ON o.host = COALESCE(e.host, '')
+  CROSS JOIN LATERAL (
+    SELECT
+      INLINE(
+        ARRAY(
+          STRUCT('bootstrap' AS queue, e.bootstrap_req AS value),
+          STRUCT('waiting' AS queue, e.queue_req AS value)
+        )
+      )
+  ) AS q
+  WHERE
+    e.event = 'prefill_stats' AND e.engine = 'prefill'
+  UNION ALL
+  SELECT
+    COALESCE(e.host, '') AS host,
+    e.engine,
+    COALESCE(e.dp_rank, -1) AS dp_rank,
+    COALESCE(e.tp_rank, -1) AS tp_rank,
+    e.line_id,
+    e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
+    q.queue,
+    q.value
+  FROM events AS e
+  JOIN context__hw AS hw
+    ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+  LEFT JOIN context__offsets AS o
+    ON o.host = COALESCE(e.host, '')
+  CROSS JOIN LATERAL (
+    SELECT
+      INLINE(
+        ARRAY(
+          STRUCT('transfer' AS queue, e.transfer_req AS value),
+          STRUCT('prealloc' AS queue, e.prealloc_req AS value)
+        )
+      )
+  ) AS q
+  WHERE
+    e.event = 'decode_stats' AND e.engine = 'decode'
+), queue_islands AS (
+  /* a stretch of non-zero samples per stream: islands numbered by the zeros before them */
+  SELECT
+    *,
+    SUM(CASE WHEN value = 0 THEN 1 ELSE 0 END) OVER (
+      PARTITION BY host, engine, queue, dp_rank, tp_rank
+      ORDER BY t_us NULLS LAST, line_id NULLS LAST
+      ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    ) AS island
+  FROM queue_samples
+  WHERE
+    NOT value IS NULL
+)
 SELECT
   x.host,
   x.engine,
@@ -1141,7 +1129,7 @@ FROM (
     MIN(t_us) AS from_t,
     MAX(t_us) AS to_t,
     COUNT(*) AS samples
-  FROM context__queue_islands AS queue_islands
+  FROM queue_islands
   WHERE
     value > 0
   GROUP BY ALL
@@ -1156,7 +1144,7 @@ JOIN (
     q.tp_rank,
     q.island,
     COUNT(*) AS at_floor
-  FROM context__queue_islands AS q
+  FROM queue_islands AS q
   JOIN (
     SELECT
       host,
@@ -1166,7 +1154,7 @@ JOIN (
       tp_rank,
       island,
       MIN(value) AS lo
-    FROM context__queue_islands AS queue_islands
+    FROM queue_islands
     WHERE
       value > 0
     GROUP BY ALL
@@ -1232,96 +1220,6 @@ FROM context__logged AS lg
 LEFT JOIN context__levels_seen AS lv
   USING (host, engine);
 
-CREATE OR REPLACE TEMPORARY VIEW context__suppressed AS
-SELECT
-  'journald_suppression' AS kind,
-  COALESCE(e.host, '') AS host,
-  CASE
-    WHEN e.unit ILIKE '%prefill%'
-    THEN 'prefill'
-    WHEN e.unit ILIKE '%decode%'
-    THEN 'decode'
-    ELSE e.engine
-  END AS engine,
-  e.unit,
-  e.ts_us - COALESCE(o.offset_us, 0) - s.suppress_us AS from_t,
-  e.ts_us - COALESCE(o.offset_us, 0) AS to_t,
-  e.count AS n,
-  CONCAT(
-    'journald suppressed ',
-    CAST(COALESCE(CAST(e.count AS STRING), 'some') AS STRING),
-    ' messages from ',
-    CAST(COALESCE(e.unit, '?') AS STRING)
-  ) AS detail,
-  CAST(NULL AS BOOLEAN) AS seen_after
-FROM events AS e
-CROSS JOIN context__s AS s
-JOIN context__hw AS hw
-  ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
-LEFT JOIN context__offsets AS o
-  ON o.host = COALESCE(e.host, '')
-WHERE
-  e.event = 'journal_suppressed';
-
-CREATE OR REPLACE TEMPORARY VIEW context__parse_errors AS
-SELECT
-  'parse_error' AS kind,
-  x.host,
-  x.engine,
-  MIN(x.unit) AS unit,
-  MIN(x.ts_us) - ANY_VALUE(COALESCE(o.offset_us, 0), TRUE) AS from_t,
-  MAX(x.ts_us) - ANY_VALUE(COALESCE(o.offset_us, 0), TRUE) AS to_t,
-  COUNT(*) AS n,
-  CONCAT(
-    CAST(COUNT(*) AS STRING),
-    ' recognised SGLang line(s) failed to parse (',
-    CAST(LISTAGG(DISTINCT x.parse_error, ', ') AS STRING),
-    ')'
-  ) AS detail,
-  CAST(NULL AS BOOLEAN) AS seen_after
-FROM (
-  SELECT
-    COALESCE(l.host, '') AS host,
-    l.engine,
-    l.unit,
-    l.ts_us,
-    l.parse_error
-  FROM lines AS l
-  JOIN context__gb AS gb
-    ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
-  WHERE
-    NOT l.parse_error IS NULL
-) AS x
-LEFT JOIN context__offsets AS o
-  ON o.host = x.host
-GROUP BY
-  x.host,
-  x.engine,
-  x.ts_us DIV 60000000;
-
-CREATE OR REPLACE TEMPORARY VIEW context__down AS
-SELECT
-  'engine_down' AS kind,
-  r.host,
-  r.engine,
-  NULL AS unit,
-  r.stop_t AS from_t,
-  COALESCE(r.up_t, s.end_t) AS to_t,
-  CAST(NULL AS BIGINT) AS n,
-  CASE
-    WHEN r.kind = 'restart'
-    THEN CASE r.how
-      WHEN 'died'
-      THEN r.engine || ' died and restarted'
-      WHEN 'stop line'
-      THEN r.engine || ' stopped and restarted'
-      ELSE r.engine || ' restarted: a new process without a stop line'
-    END
-    ELSE CONCAT(CAST(r.engine AS STRING), ' stopped and did not come back in the window')
-  END AS detail,
-  CAST(NULL AS BOOLEAN) AS seen_after
-FROM context__restarts AS r, context__s AS s;
-
 CREATE OR REPLACE TEMPORARY VIEW context__received AS
 /* requests received per second; health checks go to one engine only, so they do not count */
 SELECT
@@ -1348,42 +1246,6 @@ GROUP BY
   r.sec,
   r.host;
 
-CREATE OR REPLACE TEMPORARY VIEW context__traffic AS
-/* new requests per second and engine; at L0 (no request log) real batches stand in for them */
-/* (a health check's batch is one token) */
-SELECT
-  engine,
-  sec,
-  n
-FROM context__received AS received
-UNION ALL
-SELECT
-  e.engine,
-  (
-    e.ts_us - COALESCE(o.offset_us, 0)
-  ) DIV 1000000,
-  COUNT(*)
-FROM events AS e
-JOIN context__gb AS gb
-  ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
-LEFT JOIN context__offsets AS o
-  ON o.host = COALESCE(e.host, '')
-WHERE
-  (
-    (
-      e.event = 'prefill_stats' AND COALESCE(e.new_token, 2) > 1
-    )
-    OR (
-      e.event = 'decode_stats' AND COALESCE(e.running_req, 1) > 0
-    )
-  )
-  AND NOT EXISTS(
-    SELECT
-      1
-    FROM context__received AS received
-  )
-GROUP BY ALL;
-
 CREATE OR REPLACE TEMPORARY VIEW context__activity AS
 SELECT
   x.host,
@@ -1393,87 +1255,6 @@ SELECT
 FROM context__seconds AS x
 LEFT JOIN context__offsets AS o
   USING (host);
-
-CREATE OR REPLACE TEMPORARY VIEW context__gaps AS
-SELECT
-  host,
-  engine,
-  LAG(hi_t) OVER (PARTITION BY host, engine ORDER BY lo_t NULLS LAST) AS from_t,
-  lo_t AS to_t
-FROM context__activity AS activity
-UNION ALL
-SELECT
-  a.host,
-  a.engine,
-  ANY_VALUE(s.start_t, TRUE),
-  MIN(a.lo_t)
-FROM context__activity AS a, context__s AS s
-GROUP BY
-  a.host,
-  a.engine
-UNION ALL
-SELECT
-  a.host,
-  a.engine,
-  MAX(a.hi_t),
-  ANY_VALUE(s.end_t, TRUE)
-FROM context__activity AS a, context__s AS s
-GROUP BY
-  a.host,
-  a.engine
-UNION ALL
-/* no prefill line at all in the window */
-SELECT
-  '',
-  'prefill',
-  s.start_t,
-  s.end_t
-FROM context__s AS s
-WHERE
-  NOT EXISTS(
-    SELECT
-      1
-    FROM context__activity AS activity
-    WHERE
-      engine = 'prefill'
-  );
-
-CREATE OR REPLACE TEMPORARY VIEW context__silent AS
-SELECT
-  'engine_silent' AS kind,
-  g.host,
-  g.engine,
-  NULL AS unit,
-  g.from_t,
-  g.to_t,
-  CAST(SUM(t.n) AS BIGINT) AS n,
-  CONCAT(
-    CAST(g.engine AS STRING),
-    ' logged nothing for ',
-    FORMAT_STRING('%.0f', BROUND((
-      g.to_t - g.from_t
-    ) / 1e6, 0)),
-    ' s while the other engine took ',
-    CAST(CAST(SUM(t.n) AS BIGINT) AS STRING),
-    ' new request(s) or batches'
-  ) AS detail,
-  CAST(NULL AS BOOLEAN) AS seen_after
-FROM context__gaps AS g
-CROSS JOIN context__s AS s
-JOIN context__traffic AS t
-  ON t.engine <> g.engine
-  AND t.engine IN ('prefill', 'decode')
-  AND /* a couple of seconds in from each end: the request that ends a silence is not inside it */ t.sec * 1000000 > g.from_t + 2000000
-  AND (
-    t.sec + 1
-  ) * 1000000 < g.to_t - 2000000
-WHERE
-  NOT g.from_t IS NULL AND g.to_t - g.from_t > s.stuck_us
-GROUP BY
-  g.host,
-  g.engine,
-  g.from_t,
-  g.to_t;
 
 CREATE OR REPLACE TEMPORARY VIEW context__queue_seen AS
 SELECT
@@ -1499,99 +1280,6 @@ WHERE
 GROUP BY
   e.host,
   e.sec;
-
-CREATE OR REPLACE TEMPORARY VIEW context__quiet_gaps AS
-/* seen_after: the prefill showed its queues again at the silence's end (false: to the window end) */
-SELECT
-  host,
-  LAG(hi_t) OVER (PARTITION BY host ORDER BY lo_t NULLS LAST) AS from_t,
-  lo_t AS to_t,
-  TRUE AS seen_after
-FROM context__queue_seen AS queue_seen
-UNION ALL
-SELECT
-  q.host,
-  ANY_VALUE(s.start_t, TRUE),
-  MIN(q.lo_t),
-  TRUE
-FROM context__queue_seen AS q, context__s AS s
-GROUP BY
-  q.host
-UNION ALL
-SELECT
-  q.host,
-  MAX(q.hi_t),
-  ANY_VALUE(s.end_t, TRUE),
-  FALSE
-FROM context__queue_seen AS q, context__s AS s
-GROUP BY
-  q.host;
-
-CREATE OR REPLACE TEMPORARY VIEW context__quiet AS
-SELECT
-  'prefill_silent' AS kind,
-  g.host,
-  'prefill' AS engine,
-  NULL AS unit,
-  GREATEST(g.from_t, s.ctx_start_t) AS from_t,
-  g.to_t,
-  CAST(NULL AS BIGINT) AS n,
-  CONCAT(
-    'the prefill showed nothing of its queues for ',
-    FORMAT_STRING('%.0f', BROUND((
-      g.to_t - GREATEST(g.from_t, s.ctx_start_t)
-    ) / 1e6, 0)),
-    ' s (no batch line, no request line',
-    CAST(CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END AS STRING),
-    ')'
-  ) AS detail,
-  g.seen_after
-FROM context__quiet_gaps AS g, context__s AS s
-WHERE
-  NOT g.from_t IS NULL
-  AND g.to_t - GREATEST(g.from_t, s.ctx_start_t) > s.stuck_us
-  AND g.to_t > s.start_t
-  AND NOT EXISTS(
-    SELECT
-      1
-    FROM context__silent AS x
-    WHERE
-      x.host = g.host
-      AND x.engine = 'prefill'
-      AND x.from_t <= g.to_t
-      AND x.to_t >= g.from_t
-  )
-  AND NOT EXISTS(
-    SELECT
-      1
-    FROM context__down AS x
-    WHERE
-      x.host = g.host
-      AND x.engine = 'prefill'
-      AND x.from_t <= g.to_t
-      AND x.to_t >= g.from_t
-  );
-
-CREATE OR REPLACE TEMPORARY VIEW context__holes_raw AS
-SELECT
-  *
-FROM context__suppressed AS suppressed
-UNION ALL
-SELECT
-  *
-FROM context__parse_errors AS parse_errors
-UNION ALL
-SELECT
-  *
-FROM context__down AS down
-UNION ALL
-SELECT
-  *
-FROM context__silent AS silent
-UNION ALL
-SELECT
-  *
-FROM context__quiet AS quiet;
 
 CREATE OR REPLACE TEMPORARY VIEW context__prefill_evidence AS
 /* what the prefill side last showed, per host */
@@ -1624,77 +1312,76 @@ WHERE
 GROUP BY
   e.host;
 
-CREATE OR REPLACE TEMPORARY VIEW context__stat_samples AS
-SELECT
-  COALESCE(e.host, '') AS host,
-  e.engine,
-  e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
-  e.inflight_req,
-  e.bootstrap_req,
-  e.transfer_req,
-  e.prealloc_req,
-  e.queue_req
-FROM events AS e
-JOIN context__hw AS hw
-  ON hw.host = COALESCE(e.host, '')
-  AND e.ts_us >= hw.window_lo_us
-  AND e.ts_us <= hw.hi_us
-LEFT JOIN context__offsets AS o
-  ON o.host = COALESCE(e.host, '')
-WHERE
-  e.event = 'prefill_stats' AND e.engine = 'prefill'
-UNION ALL
-SELECT
-  COALESCE(e.host, '') AS host,
-  e.engine,
-  e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
-  NULL,
-  NULL,
-  e.transfer_req,
-  e.prealloc_req,
-  e.queue_req
-FROM events AS e
-JOIN context__hw AS hw
-  ON hw.host = COALESCE(e.host, '')
-  AND e.ts_us >= hw.window_lo_us
-  AND e.ts_us <= hw.hi_us
-LEFT JOIN context__offsets AS o
-  ON o.host = COALESCE(e.host, '')
-WHERE
-  e.event = 'decode_stats' AND e.engine = 'decode';
-
-CREATE OR REPLACE TEMPORARY VIEW context__request_seen AS
-/* lines that show a PD request's way through the queues: a Receive: with a bootstrap room (a */
-/* non-PD server's have none), a transfer failure, the watchdog */
-SELECT
-  host,
-  engine,
-  CAST(SUM(n) AS BIGINT) AS n
-FROM (
-  SELECT
-    e.host,
-    e.engine,
-    CASE WHEN e.event = 'request_received' THEN SUM(e.n_received) ELSE COUNT(*) END AS n
-  FROM context__event_secs AS e, context__s AS s
-  WHERE
-    e.engine IN ('prefill', 'decode')
-    AND e.hi_us >= s.start_t
-    AND e.event IN (
-      'request_received',
-      'watchdog_fired',
-      'prefill_bootstrap_failed',
-      'prefill_transfer_failed',
-      'decode_handshake_failed',
-      'decode_transfer_failed'
-    )
-  GROUP BY
-    e.host,
-    e.engine,
-    e.event
-)
-GROUP BY ALL;
-
 CREATE OR REPLACE TEMPORARY VIEW context__observed AS
+WITH stat_samples /* What each engine's stats lines showed of its queues: `observed` in the verdict's JSON. */ AS (
+  SELECT
+    COALESCE(e.host, '') AS host,
+    e.engine,
+    e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
+    e.inflight_req,
+    e.bootstrap_req,
+    e.transfer_req,
+    e.prealloc_req,
+    e.queue_req
+  FROM events AS e
+  JOIN context__hw AS hw
+    ON hw.host = COALESCE(e.host, '')
+    AND e.ts_us >= hw.window_lo_us
+    AND e.ts_us <= hw.hi_us
+  LEFT JOIN context__offsets AS o
+    ON o.host = COALESCE(e.host, '')
+  WHERE
+    e.event = 'prefill_stats' AND e.engine = 'prefill'
+  UNION ALL
+  SELECT
+    COALESCE(e.host, '') AS host,
+    e.engine,
+    e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
+    NULL,
+    NULL,
+    e.transfer_req,
+    e.prealloc_req,
+    e.queue_req
+  FROM events AS e
+  JOIN context__hw AS hw
+    ON hw.host = COALESCE(e.host, '')
+    AND e.ts_us >= hw.window_lo_us
+    AND e.ts_us <= hw.hi_us
+  LEFT JOIN context__offsets AS o
+    ON o.host = COALESCE(e.host, '')
+  WHERE
+    e.event = 'decode_stats' AND e.engine = 'decode'
+), request_seen AS (
+  /* lines that show a PD request's way through the queues: a Receive: with a bootstrap room (a */
+  /* non-PD server's have none), a transfer failure, the watchdog */
+  SELECT
+    host,
+    engine,
+    CAST(SUM(n) AS BIGINT) AS n
+  FROM (
+    SELECT
+      e.host,
+      e.engine,
+      CASE WHEN e.event = 'request_received' THEN SUM(e.n_received) ELSE COUNT(*) END AS n
+    FROM context__event_secs AS e, context__s AS s
+    WHERE
+      e.engine IN ('prefill', 'decode')
+      AND e.hi_us >= s.start_t
+      AND e.event IN (
+        'request_received',
+        'watchdog_fired',
+        'prefill_bootstrap_failed',
+        'prefill_transfer_failed',
+        'decode_handshake_failed',
+        'decode_transfer_failed'
+      )
+    GROUP BY
+      e.host,
+      e.engine,
+      e.event
+  )
+  GROUP BY ALL
+)
 /* longest_gap_us: the longest stretch of the window without a stats line, its edges included */
 SELECT
   COALESCE(x.host, r.host) AS host,
@@ -1726,11 +1413,11 @@ FROM (
     SELECT
       *,
       t_us - LAG(t_us) OVER (PARTITION BY host, engine ORDER BY t_us NULLS LAST) AS gap
-    FROM context__stat_samples AS stat_samples
+    FROM stat_samples
   )
   GROUP BY ALL
 ) AS x
-FULL JOIN context__request_seen AS r
+FULL JOIN request_seen AS r
   ON r.host = x.host AND r.engine = x.engine
 CROSS JOIN context__s AS s;
 
@@ -1764,12 +1451,304 @@ WHERE
   AND NOT r.bootstrap_room IS NULL;
 
 CREATE OR REPLACE TEMPORARY VIEW context__holes AS
+WITH suppressed /* ---------------------------------------------------------------------------------- holes */ /* Stretches where lines that matter may be missing or unreadable: */ /*   journald_suppression  journald dropped N lines of a unit (rate limit) in the interval before */ /*                         its `Suppressed N messages from UNIT` line */ /*   parse_error           recognised SGLang lines whose pattern failed (lines.parse_error), per minute */ /*   engine_down           between an engine's stop and its next start (or the window end) */ /*   engine_silent         an engine logged nothing for longer than timeout+grace while the other */ /*                         engine received new requests (or, at L0, ran batches): its lines are missing */ /* A hole is `covered` when prefill evidence (a per-request line, a gauge sample, a terminal line) */ /* exists a full timeout+grace after it: a request stuck in the hole would show there (a watchdog */ /* line, a floor, an open request). prefill_silent is not lost lines: a prefill that fired printed */ /* its line, so a silence the prefill comes back from (seen_after) hides no watchdog line; one that */ /* lasts to the window end may hide a hung or dead prefill, and whatever it did. */ AS (
+  SELECT
+    'journald_suppression' AS kind,
+    COALESCE(e.host, '') AS host,
+    CASE
+      WHEN e.unit ILIKE '%prefill%'
+      THEN 'prefill'
+      WHEN e.unit ILIKE '%decode%'
+      THEN 'decode'
+      ELSE e.engine
+    END AS engine,
+    e.unit,
+    e.ts_us - COALESCE(o.offset_us, 0) - s.suppress_us AS from_t,
+    e.ts_us - COALESCE(o.offset_us, 0) AS to_t,
+    e.count AS n,
+    CONCAT(
+      'journald suppressed ',
+      CAST(COALESCE(CAST(e.count AS STRING), 'some') AS STRING),
+      ' messages from ',
+      CAST(COALESCE(e.unit, '?') AS STRING)
+    ) AS detail,
+    CAST(NULL AS BOOLEAN) AS seen_after
+  FROM events AS e
+  CROSS JOIN context__s AS s
+  JOIN context__hw AS hw
+    ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+  LEFT JOIN context__offsets AS o
+    ON o.host = COALESCE(e.host, '')
+  WHERE
+    e.event = 'journal_suppressed'
+), parse_errors AS (
+  SELECT
+    'parse_error' AS kind,
+    x.host,
+    x.engine,
+    MIN(x.unit) AS unit,
+    MIN(x.ts_us) - ANY_VALUE(COALESCE(o.offset_us, 0), TRUE) AS from_t,
+    MAX(x.ts_us) - ANY_VALUE(COALESCE(o.offset_us, 0), TRUE) AS to_t,
+    COUNT(*) AS n,
+    CONCAT(
+      CAST(COUNT(*) AS STRING),
+      ' recognised SGLang line(s) failed to parse (',
+      CAST(LISTAGG(DISTINCT x.parse_error, ', ') AS STRING),
+      ')'
+    ) AS detail,
+    CAST(NULL AS BOOLEAN) AS seen_after
+  FROM (
+    SELECT
+      COALESCE(l.host, '') AS host,
+      l.engine,
+      l.unit,
+      l.ts_us,
+      l.parse_error
+    FROM lines AS l
+    JOIN context__gb AS gb
+      ON l.ts_us >= gb.lo_us AND l.ts_us <= gb.hi_us
+    WHERE
+      NOT l.parse_error IS NULL
+  ) AS x
+  LEFT JOIN context__offsets AS o
+    ON o.host = x.host
+  GROUP BY
+    x.host,
+    x.engine,
+    x.ts_us DIV 60000000
+), down AS (
+  SELECT
+    'engine_down' AS kind,
+    r.host,
+    r.engine,
+    NULL AS unit,
+    r.stop_t AS from_t,
+    COALESCE(r.up_t, s.end_t) AS to_t,
+    CAST(NULL AS BIGINT) AS n,
+    CASE
+      WHEN r.kind = 'restart'
+      THEN CASE r.how
+        WHEN 'died'
+        THEN r.engine || ' died and restarted'
+        WHEN 'stop line'
+        THEN r.engine || ' stopped and restarted'
+        ELSE r.engine || ' restarted: a new process without a stop line'
+      END
+      ELSE CONCAT(CAST(r.engine AS STRING), ' stopped and did not come back in the window')
+    END AS detail,
+    CAST(NULL AS BOOLEAN) AS seen_after
+  FROM context__restarts AS r, context__s AS s
+), traffic AS (
+  /* new requests per second and engine; at L0 (no request log) real batches stand in for them */
+  /* (a health check's batch is one token) */
+  SELECT
+    engine,
+    sec,
+    n
+  FROM context__received AS received
+  UNION ALL
+  SELECT
+    e.engine,
+    (
+      e.ts_us - COALESCE(o.offset_us, 0)
+    ) DIV 1000000,
+    COUNT(*)
+  FROM events AS e
+  JOIN context__gb AS gb
+    ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+  LEFT JOIN context__offsets AS o
+    ON o.host = COALESCE(e.host, '')
+  WHERE
+    (
+      (
+        e.event = 'prefill_stats' AND COALESCE(e.new_token, 2) > 1
+      )
+      OR (
+        e.event = 'decode_stats' AND COALESCE(e.running_req, 1) > 0
+      )
+    )
+    AND NOT EXISTS(
+      SELECT
+        1
+      FROM context__received AS received
+    )
+  GROUP BY ALL
+), gaps AS (
+  SELECT
+    host,
+    engine,
+    LAG(hi_t) OVER (PARTITION BY host, engine ORDER BY lo_t NULLS LAST) AS from_t,
+    lo_t AS to_t
+  FROM context__activity AS activity
+  UNION ALL
+  SELECT
+    a.host,
+    a.engine,
+    ANY_VALUE(s.start_t, TRUE),
+    MIN(a.lo_t)
+  FROM context__activity AS a, context__s AS s
+  GROUP BY
+    a.host,
+    a.engine
+  UNION ALL
+  SELECT
+    a.host,
+    a.engine,
+    MAX(a.hi_t),
+    ANY_VALUE(s.end_t, TRUE)
+  FROM context__activity AS a, context__s AS s
+  GROUP BY
+    a.host,
+    a.engine
+  UNION ALL
+  /* no prefill line at all in the window */
+  SELECT
+    '',
+    'prefill',
+    s.start_t,
+    s.end_t
+  FROM context__s AS s
+  WHERE
+    NOT EXISTS(
+      SELECT
+        1
+      FROM context__activity AS activity
+      WHERE
+        engine = 'prefill'
+    )
+), silent AS (
+  SELECT
+    'engine_silent' AS kind,
+    g.host,
+    g.engine,
+    NULL AS unit,
+    g.from_t,
+    g.to_t,
+    CAST(SUM(t.n) AS BIGINT) AS n,
+    CONCAT(
+      CAST(g.engine AS STRING),
+      ' logged nothing for ',
+      FORMAT_STRING('%.0f', BROUND((
+        g.to_t - g.from_t
+      ) / 1e6, 0)),
+      ' s while the other engine took ',
+      CAST(CAST(SUM(t.n) AS BIGINT) AS STRING),
+      ' new request(s) or batches'
+    ) AS detail,
+    CAST(NULL AS BOOLEAN) AS seen_after
+  FROM gaps AS g
+  CROSS JOIN context__s AS s
+  JOIN traffic AS t
+    ON t.engine <> g.engine
+    AND t.engine IN ('prefill', 'decode')
+    AND /* a couple of seconds in from each end: the request that ends a silence is not inside it */ t.sec * 1000000 > g.from_t + 2000000
+    AND (
+      t.sec + 1
+    ) * 1000000 < g.to_t - 2000000
+  WHERE
+    NOT g.from_t IS NULL AND g.to_t - g.from_t > s.stuck_us
+  GROUP BY
+    g.host,
+    g.engine,
+    g.from_t,
+    g.to_t
+), quiet_gaps AS (
+  /* seen_after: the prefill showed its queues again at the silence's end (false: to the window end) */
+  SELECT
+    host,
+    LAG(hi_t) OVER (PARTITION BY host ORDER BY lo_t NULLS LAST) AS from_t,
+    lo_t AS to_t,
+    TRUE AS seen_after
+  FROM context__queue_seen AS queue_seen
+  UNION ALL
+  SELECT
+    q.host,
+    ANY_VALUE(s.start_t, TRUE),
+    MIN(q.lo_t),
+    TRUE
+  FROM context__queue_seen AS q, context__s AS s
+  GROUP BY
+    q.host
+  UNION ALL
+  SELECT
+    q.host,
+    MAX(q.hi_t),
+    ANY_VALUE(s.end_t, TRUE),
+    FALSE
+  FROM context__queue_seen AS q, context__s AS s
+  GROUP BY
+    q.host
+), quiet AS (
+  SELECT
+    'prefill_silent' AS kind,
+    g.host,
+    'prefill' AS engine,
+    NULL AS unit,
+    GREATEST(g.from_t, s.ctx_start_t) AS from_t,
+    g.to_t,
+    CAST(NULL AS BIGINT) AS n,
+    CONCAT(
+      'the prefill showed nothing of its queues for ',
+      FORMAT_STRING('%.0f', BROUND((
+        g.to_t - GREATEST(g.from_t, s.ctx_start_t)
+      ) / 1e6, 0)),
+      ' s (no batch line, no request line',
+      CAST(CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END AS STRING),
+      ')'
+    ) AS detail,
+    g.seen_after
+  FROM quiet_gaps AS g, context__s AS s
+  WHERE
+    NOT g.from_t IS NULL
+    AND g.to_t - GREATEST(g.from_t, s.ctx_start_t) > s.stuck_us
+    AND g.to_t > s.start_t
+    AND NOT EXISTS(
+      SELECT
+        1
+      FROM silent AS x
+      WHERE
+        x.host = g.host
+        AND x.engine = 'prefill'
+        AND x.from_t <= g.to_t
+        AND x.to_t >= g.from_t
+    )
+    AND NOT EXISTS(
+      SELECT
+        1
+      FROM down AS x
+      WHERE
+        x.host = g.host
+        AND x.engine = 'prefill'
+        AND x.from_t <= g.to_t
+        AND x.to_t >= g.from_t
+    )
+), holes_raw AS (
+  SELECT
+    *
+  FROM suppressed
+  UNION ALL
+  SELECT
+    *
+  FROM parse_errors
+  UNION ALL
+  SELECT
+    *
+  FROM down
+  UNION ALL
+  SELECT
+    *
+  FROM silent
+  UNION ALL
+  SELECT
+    *
+  FROM quiet
+)
 SELECT
   ROW_NUMBER() OVER (ORDER BY h.from_t NULLS LAST, h.kind NULLS LAST, h.host NULLS LAST) AS hole_id,
   h.*,
   ev.last_t AS prefill_evidence_until_t,
   COALESCE(ev.last_t >= h.to_t + s.stuck_us, FALSE) AS covered
-FROM context__holes_raw AS h
+FROM holes_raw AS h
 CROSS JOIN context__s AS s
 LEFT JOIN (
   /* a hole on a prefill host is judged by that host's later evidence; other holes by any prefill's */

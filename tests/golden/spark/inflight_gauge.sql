@@ -5,71 +5,69 @@ SELECT
   incarnations
 FROM context;
 
-CREATE OR REPLACE TEMPORARY VIEW inflight_gauge__o AS
-SELECT
-  INLINE(host_offsets)
-FROM inflight_gauge__c AS c;
-
-CREATE OR REPLACE TEMPORARY VIEW inflight_gauge__i AS
-SELECT
-  x.host,
-  x.incarnation,
-  x.start_us
-FROM (
-  SELECT
-    INLINE(incarnations)
-  FROM inflight_gauge__c AS c
-) AS x
-WHERE
-  x.engine = 'prefill';
-
-CREATE OR REPLACE TEMPORARY VIEW inflight_gauge__g AS
-SELECT
-  COALESCE(e.host, '') AS host,
-  COALESCE(e.dp_rank, -1) AS dp_rank,
-  COALESCE(e.tp_rank, -1) AS tp_rank,
-  e.line_id,
-  e.ts_us,
-  e.ts_us - o.offset_us AS t_us,
-  e.new_seq,
-  e.inflight_req,
-  e.bootstrap_req,
-  e.queue_req,
-  e.running_req,
-  CASE
-    WHEN (
-      e.entry
-    ) IN (
-      'prefill_batch_056',
-      'prefill_batch_053',
-      'prefill_batch_0410',
-      'prefill_batch_046'
-    )
-    THEN GREATEST((
-      e.inflight_req
-    ), 0)
-    ELSE GREATEST((
-      e.inflight_req
-    ) - COALESCE((
-      e.new_seq
-    ), 0), 0)
-  END AS floor
-FROM events AS e
-JOIN inflight_gauge__o AS o
-  ON o.host = COALESCE(e.host, '') AND e.ts_us >= o.lo_us AND e.ts_us <= o.hi_us
-WHERE
-  e.event = 'prefill_stats' AND e.engine = 'prefill' AND NOT e.inflight_req IS NULL;
-
 CREATE OR REPLACE TEMPORARY VIEW inflight_gauge AS
+WITH o AS (
+  SELECT
+    INLINE(host_offsets)
+  FROM inflight_gauge__c AS c
+), i AS (
+  SELECT
+    x.host,
+    x.incarnation,
+    x.start_us
+  FROM (
+    SELECT
+      INLINE(incarnations)
+    FROM inflight_gauge__c AS c
+  ) AS x
+  WHERE
+    x.engine = 'prefill'
+), g AS (
+  SELECT
+    COALESCE(e.host, '') AS host,
+    COALESCE(e.dp_rank, -1) AS dp_rank,
+    COALESCE(e.tp_rank, -1) AS tp_rank,
+    e.line_id,
+    e.ts_us,
+    e.ts_us - o.offset_us AS t_us,
+    e.new_seq,
+    e.inflight_req,
+    e.bootstrap_req,
+    e.queue_req,
+    e.running_req,
+    CASE
+      WHEN (
+        e.entry
+      ) IN (
+        'prefill_batch_056',
+        'prefill_batch_053',
+        'prefill_batch_0410',
+        'prefill_batch_046'
+      )
+      THEN GREATEST((
+        e.inflight_req
+      ), 0)
+      ELSE GREATEST((
+        e.inflight_req
+      ) - COALESCE((
+        e.new_seq
+      ), 0), 0)
+    END AS floor
+  FROM events AS e
+  JOIN o
+    ON o.host = COALESCE(e.host, '') AND e.ts_us >= o.lo_us AND e.ts_us <= o.hi_us
+  WHERE
+    e.event = 'prefill_stats' AND e.engine = 'prefill' AND NOT e.inflight_req IS NULL
+)
 SELECT
   g.*,
   COALESCE(i.incarnation, 1) AS incarnation
-FROM inflight_gauge__g AS g
+FROM g
 LEFT JOIN (
   SELECT
     *,
     LEAD(start_us) OVER (PARTITION BY host ORDER BY start_us NULLS LAST) AS __asof_edge
-  FROM inflight_gauge__i AS __asof_src
+  FROM i AS __asof_src
 ) AS i
   ON i.host = g.host
   AND i.start_us <= g.ts_us

@@ -148,14 +148,6 @@ FROM requests__rs AS r
 WHERE
   r.prefill_may_hold;
 
-CREATE OR REPLACE TEMPORARY VIEW requests__sampled AS
-SELECT
-  host,
-  MAX(t_us) AS last_sample_t
-FROM requests__ig AS ig
-GROUP BY
-  host;
-
 CREATE OR REPLACE TEMPORARY VIEW requests__pinc AS
 /* prefill incarnations on the reference clock: a restart empties the queues, so only an empty */
 /* sample of the incarnation holding a request says it left */
@@ -172,59 +164,64 @@ FROM (
 WHERE
   x.engine = 'prefill';
 
-CREATE OR REPLACE TEMPORARY VIEW requests__emptied AS
-SELECT
-  h.bootstrap_room,
-  MAX(g.last_empty_t) AS last_empty_t
-FROM requests__held_by_prefill AS h
-JOIN requests__gauge AS g
-  ON g.host = h.host
-LEFT JOIN requests__pinc AS i
-  ON i.host = h.host AND i.incarnation = g.incarnation
-/* the incarnation it was received in (the first one, when it was received before any start) */
-WHERE
-  COALESCE(i.next_t, 9223372036854775807) > h.open_start
-  AND (
-    i.start_t IS NULL OR i.start_t <= h.open_start OR i.incarnation = 1
-  )
-GROUP BY
-  h.bootstrap_room;
-
-CREATE OR REPLACE TEMPORARY VIEW requests__drain AS
-SELECT
-  h.bootstrap_room,
-  d.t_us AS first_drain_t
-FROM requests__held_by_prefill AS h
-LEFT JOIN (
-  SELECT
-    *,
-    LAG(t_us) OVER (PARTITION BY host ORDER BY t_us NULLS LAST) AS __asof_edge
-  FROM (
-    SELECT
-      host,
-      t_us
-    FROM requests__ig AS ig
-    WHERE
-      queue_req = 0
-  ) AS __asof_src
-) AS d
-  ON d.host = h.host
-  AND d.t_us >= h.p_recv
-  AND (
-    d.__asof_edge IS NULL OR h.p_recv > d.__asof_edge
-  );
-
-CREATE OR REPLACE TEMPORARY VIEW requests__prefill_gone AS
-SELECT
-  h.bootstrap_room,
-  MIN(x.gone_t) AS gone_t
-FROM requests__held_by_prefill AS h
-JOIN requests__restarts AS x
-  ON x.engine = 'prefill' AND x.host = h.host AND x.gone_t >= h.open_start
-GROUP BY
-  h.bootstrap_room;
-
 CREATE OR REPLACE TEMPORARY VIEW requests__timed AS
+WITH sampled AS (
+  SELECT
+    host,
+    MAX(t_us) AS last_sample_t
+  FROM requests__ig AS ig
+  GROUP BY
+    host
+), emptied AS (
+  SELECT
+    h.bootstrap_room,
+    MAX(g.last_empty_t) AS last_empty_t
+  FROM requests__held_by_prefill AS h
+  JOIN requests__gauge AS g
+    ON g.host = h.host
+  LEFT JOIN requests__pinc AS i
+    ON i.host = h.host AND i.incarnation = g.incarnation
+  /* the incarnation it was received in (the first one, when it was received before any start) */
+  WHERE
+    COALESCE(i.next_t, 9223372036854775807) > h.open_start
+    AND (
+      i.start_t IS NULL OR i.start_t <= h.open_start OR i.incarnation = 1
+    )
+  GROUP BY
+    h.bootstrap_room
+), drain AS (
+  SELECT
+    h.bootstrap_room,
+    d.t_us AS first_drain_t
+  FROM requests__held_by_prefill AS h
+  LEFT JOIN (
+    SELECT
+      *,
+      LAG(t_us) OVER (PARTITION BY host ORDER BY t_us NULLS LAST) AS __asof_edge
+    FROM (
+      SELECT
+        host,
+        t_us
+      FROM requests__ig AS ig
+      WHERE
+        queue_req = 0
+    ) AS __asof_src
+  ) AS d
+    ON d.host = h.host
+    AND d.t_us >= h.p_recv
+    AND (
+      d.__asof_edge IS NULL OR h.p_recv > d.__asof_edge
+    )
+), prefill_gone AS (
+  SELECT
+    h.bootstrap_room,
+    MIN(x.gone_t) AS gone_t
+  FROM requests__held_by_prefill AS h
+  JOIN requests__restarts AS x
+    ON x.engine = 'prefill' AND x.host = h.host AND x.gone_t >= h.open_start
+  GROUP BY
+    h.bootstrap_room
+)
 SELECT
   h.*,
   d.first_drain_t,
@@ -244,51 +241,51 @@ SELECT
   c.timeout_source /* no line and no operator says the timeout (the 300 s default): any moment of its hold may */ /* have been its deadline */ = 'default' AS timeout_unknown
 FROM requests__held_by_prefill AS h
 CROSS JOIN requests__c AS c
-LEFT JOIN requests__drain AS d
+LEFT JOIN drain AS d
   USING (bootstrap_room)
-LEFT JOIN requests__prefill_gone AS g
+LEFT JOIN prefill_gone AS g
   USING (bootstrap_room)
-LEFT JOIN requests__sampled AS sm
+LEFT JOIN sampled AS sm
   ON sm.host = h.host
-LEFT JOIN requests__emptied AS e
+LEFT JOIN emptied AS e
   USING (bootstrap_room);
 
-CREATE OR REPLACE TEMPORARY VIEW requests__hidden_by AS
-/* holes on its prefill (not its stop: that is `gone`) within its hold: */
-/*   over_deadline: the hole covers the moment its deadline passed, from a second before the */
-/*                  timeout (1-s prefixes) to timeout + grace after pin_start, when the watchdog */
-/*                  would have fired: its line may be in the hole, whatever a later gauge shows */
-/*   hole_to_t:     the last such hole over [pin_start, deadline]: a normal end may be in it, */
-/*                  unless a gauge sample a full timeout + grace later still shows the queue */
-SELECT
-  t.bootstrap_room,
-  MAX(x.to_t) AS hole_to_t,
-  ARRAY_SORT(
-    CASE
-      WHEN SIZE(COLLECT_SET(STRUCT(x.hole_id AS v))) = 0
-      THEN NULL
-      ELSE TRANSFORM(COLLECT_SET(STRUCT(x.hole_id AS v)), s -> s.v)
-    END
-  ) AS hole_ids,
-  BOOL_OR(
-    x.to_t >= t.pin_start + CASE WHEN t.timeout_unknown THEN 0 ELSE t.timeout_us - 1000000 END
-  ) AS over_deadline
-FROM requests__timed AS t
-JOIN requests__holes AS x
-  ON x.engine = 'prefill'
-  AND x.kind <> 'engine_down'
-  AND NOT COALESCE(x.seen_after, FALSE)
-  AND (
-    x.host = t.host OR x.host = '' OR t.host IS NULL
-  )
-  AND x.from_t <= LEAST(t.pin_start + t.stuck_us, t.obs_end)
-  AND x.to_t >= t.pin_start
-WHERE
-  NOT t.pin_start IS NULL
-GROUP BY
-  t.bootstrap_room;
-
 CREATE OR REPLACE TEMPORARY VIEW requests__po AS
+WITH hidden_by AS (
+  /* holes on its prefill (not its stop: that is `gone`) within its hold: */
+  /*   over_deadline: the hole covers the moment its deadline passed, from a second before the */
+  /*                  timeout (1-s prefixes) to timeout + grace after pin_start, when the watchdog */
+  /*                  would have fired: its line may be in the hole, whatever a later gauge shows */
+  /*   hole_to_t:     the last such hole over [pin_start, deadline]: a normal end may be in it, */
+  /*                  unless a gauge sample a full timeout + grace later still shows the queue */
+  SELECT
+    t.bootstrap_room,
+    MAX(x.to_t) AS hole_to_t,
+    ARRAY_SORT(
+      CASE
+        WHEN SIZE(COLLECT_SET(STRUCT(x.hole_id AS v))) = 0
+        THEN NULL
+        ELSE TRANSFORM(COLLECT_SET(STRUCT(x.hole_id AS v)), s -> s.v)
+      END
+    ) AS hole_ids,
+    BOOL_OR(
+      x.to_t >= t.pin_start + CASE WHEN t.timeout_unknown THEN 0 ELSE t.timeout_us - 1000000 END
+    ) AS over_deadline
+  FROM requests__timed AS t
+  JOIN requests__holes AS x
+    ON x.engine = 'prefill'
+    AND x.kind <> 'engine_down'
+    AND NOT COALESCE(x.seen_after, FALSE)
+    AND (
+      x.host = t.host OR x.host = '' OR t.host IS NULL
+    )
+    AND x.from_t <= LEAST(t.pin_start + t.stuck_us, t.obs_end)
+    AND x.to_t >= t.pin_start
+  WHERE
+    NOT t.pin_start IS NULL
+  GROUP BY
+    t.bootstrap_room
+)
 SELECT
   t.bootstrap_room,
   t.host AS p_host_eff,
@@ -323,7 +320,7 @@ SELECT
     ELSE 'pinned'
   END AS status
 FROM requests__timed AS t
-LEFT JOIN requests__hidden_by AS hb
+LEFT JOIN hidden_by AS hb
   USING (bootstrap_room)
 LEFT JOIN (
   SELECT
@@ -357,132 +354,129 @@ WHERE
 GROUP BY
   b.bootstrap_room;
 
-CREATE OR REPLACE TEMPORARY VIEW requests__held AS
-SELECT
-  b.*,
-  o.p_host_eff,
-  o.status,
-  o.p_gone_t,
-  dg.d_gone_t,
-  o.pin_start,
-  o.deadline,
-  o.hole_ids,
-  o.seen_until,
-  CASE
-    WHEN b.prefill_may_hold AND NOT o.status IN ('gone', 'released')
-    THEN 'prefill'
-    WHEN NOT b.prefill_may_hold
-    AND b.d_end IS NULL
-    AND NOT b.d_completed
-    AND b.decode_side_only
-    AND (
-      NOT b.d_first IS NULL OR c.decode_logged
-    )
-    AND dg.d_gone_t IS NULL
-    THEN 'decode'
-  END AS holder_at_end,
-  LEAST(COALESCE(o.obs_end, c.end_t), COALESCE(dg.d_gone_t, c.end_t)) AS open_until,
-  LEAST(b.p_first, b.d_first) AS life_start
-FROM requests__rs AS b
-CROSS JOIN (
-  SELECT
-    end_t,
-    decode_logged
-  FROM requests__c AS c
-) AS c
-LEFT JOIN requests__po AS o
-  USING (bootstrap_room)
-LEFT JOIN requests__decode_gone AS dg
-  USING (bootstrap_room);
-
-CREATE OR REPLACE TEMPORARY VIEW requests__lived AS
-SELECT
-  *,
-  CASE
-    WHEN NOT holder_at_end IS NULL
-    OR status IN ('pinned', 'hidden', 'waiting_queue', 'young')
-    THEN open_until
-    ELSE GREATEST(p_last, d_last, p_gone_t, d_gone_t)
-  END AS life_end
-FROM requests__held AS held;
-
-CREATE OR REPLACE TEMPORARY VIEW requests__across AS
-/* a restart of an engine that was not holding it, within its life; the holder's own restart */
-/* makes it lost instead */
-SELECT
-  l.bootstrap_room
-FROM requests__lived AS l
-JOIN requests__restarts AS x
-  ON x.engine <> COALESCE(l.holder_at_end, '')
-  AND (
-    (
-      x.engine = 'prefill' AND x.host = COALESCE(l.p_host, l.p_host_eff, x.host)
-    )
-    OR (
-      x.engine = 'decode' AND x.host = COALESCE(l.d_host, x.host)
-    )
-  )
-  AND x.stop_t <= l.life_end
-  AND COALESCE(x.up_t, (
-    SELECT
-      end_t
-    FROM requests__c AS c
-  )) >= l.life_start
-WHERE
-  NOT (
-    x.engine = 'prefill' AND NOT l.p_gone_t IS NULL AND l.status = 'gone'
-  )
-  AND NOT (
-    x.engine = 'decode' AND NOT l.d_gone_t IS NULL
-  )
-GROUP BY
-  l.bootstrap_room;
-
-CREATE OR REPLACE TEMPORARY VIEW requests__classed AS
-SELECT
-  r.*,
-  NOT a.bootstrap_room IS NULL AS across_restart,
-  CASE
-    WHEN NOT r.wd_at IS NULL OR NOT r.wd_reason_at IS NULL
-    THEN 'watchdog_fired'
-    WHEN r.status = 'pinned'
-    THEN 'silent_pin'
-    WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill')
-    AND r.holder_at_end = 'prefill'
-    THEN 'undecided'
-    WHEN r.any_failure
-    THEN 'transfer_failed'
-    WHEN NOT r.d_retracted_at IS NULL
-    THEN 'retracted'
-    WHEN r.any_abort
-    THEN 'aborted'
-    WHEN r.status IN ('gone', 'released') OR NOT r.d_gone_t IS NULL
-    THEN 'lost'
-    WHEN r.d_completed
-    OR (
-      NOT (
-        SELECT
-          decode_logged
-        FROM requests__c AS c
-      )
-      AND (
-        NOT r.p_done IS NULL OR NOT r.p_stats_at IS NULL
-      )
-    )
-    THEN 'completed'
-    ELSE 'in_flight'
-  END AS class,
-  COALESCE(r.p_xfer_abort, FALSE) /* the prefill's own lines say where the abort hit; only when it never reported the room */ /* again does the decode's `Decode transfer failed` (past handshake) make it a race */
-  OR COALESCE(r.p_abort_queue ILIKE '%inflight%', FALSE)
-  OR COALESCE(r.p_finish_reason ILIKE 'Prefill transfer failed%abort%', FALSE)
-  OR (
-    COALESCE(r.d_xfer_abort, FALSE) AND r.p_end IS NULL
-  ) AS abort_race
-FROM requests__lived AS r
-LEFT JOIN requests__across AS a
-  USING (bootstrap_room);
-
 CREATE OR REPLACE TEMPORARY VIEW requests AS
+WITH held /* Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined */ /* (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row. */ AS (
+  SELECT
+    b.*,
+    o.p_host_eff,
+    o.status,
+    o.p_gone_t,
+    dg.d_gone_t,
+    o.pin_start,
+    o.deadline,
+    o.hole_ids,
+    o.seen_until,
+    CASE
+      WHEN b.prefill_may_hold AND NOT o.status IN ('gone', 'released')
+      THEN 'prefill'
+      WHEN NOT b.prefill_may_hold
+      AND b.d_end IS NULL
+      AND NOT b.d_completed
+      AND b.decode_side_only
+      AND (
+        NOT b.d_first IS NULL OR c.decode_logged
+      )
+      AND dg.d_gone_t IS NULL
+      THEN 'decode'
+    END AS holder_at_end,
+    LEAST(COALESCE(o.obs_end, c.end_t), COALESCE(dg.d_gone_t, c.end_t)) AS open_until,
+    LEAST(b.p_first, b.d_first) AS life_start
+  FROM requests__rs AS b
+  CROSS JOIN (
+    SELECT
+      end_t,
+      decode_logged
+    FROM requests__c AS c
+  ) AS c
+  LEFT JOIN requests__po AS o
+    USING (bootstrap_room)
+  LEFT JOIN requests__decode_gone AS dg
+    USING (bootstrap_room)
+), lived AS (
+  SELECT
+    *,
+    CASE
+      WHEN NOT holder_at_end IS NULL
+      OR status IN ('pinned', 'hidden', 'waiting_queue', 'young')
+      THEN open_until
+      ELSE GREATEST(p_last, d_last, p_gone_t, d_gone_t)
+    END AS life_end
+  FROM held
+), across AS (
+  /* a restart of an engine that was not holding it, within its life; the holder's own restart */
+  /* makes it lost instead */
+  SELECT
+    l.bootstrap_room
+  FROM lived AS l
+  JOIN requests__restarts AS x
+    ON x.engine <> COALESCE(l.holder_at_end, '')
+    AND (
+      (
+        x.engine = 'prefill' AND x.host = COALESCE(l.p_host, l.p_host_eff, x.host)
+      )
+      OR (
+        x.engine = 'decode' AND x.host = COALESCE(l.d_host, x.host)
+      )
+    )
+    AND x.stop_t <= l.life_end
+    AND COALESCE(x.up_t, (
+      SELECT
+        end_t
+      FROM requests__c AS c
+    )) >= l.life_start
+  WHERE
+    NOT (
+      x.engine = 'prefill' AND NOT l.p_gone_t IS NULL AND l.status = 'gone'
+    )
+    AND NOT (
+      x.engine = 'decode' AND NOT l.d_gone_t IS NULL
+    )
+  GROUP BY
+    l.bootstrap_room
+), classed AS (
+  SELECT
+    r.*,
+    NOT a.bootstrap_room IS NULL AS across_restart,
+    CASE
+      WHEN NOT r.wd_at IS NULL OR NOT r.wd_reason_at IS NULL
+      THEN 'watchdog_fired'
+      WHEN r.status = 'pinned'
+      THEN 'silent_pin'
+      WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill')
+      AND r.holder_at_end = 'prefill'
+      THEN 'undecided'
+      WHEN r.any_failure
+      THEN 'transfer_failed'
+      WHEN NOT r.d_retracted_at IS NULL
+      THEN 'retracted'
+      WHEN r.any_abort
+      THEN 'aborted'
+      WHEN r.status IN ('gone', 'released') OR NOT r.d_gone_t IS NULL
+      THEN 'lost'
+      WHEN r.d_completed
+      OR (
+        NOT (
+          SELECT
+            decode_logged
+          FROM requests__c AS c
+        )
+        AND (
+          NOT r.p_done IS NULL OR NOT r.p_stats_at IS NULL
+        )
+      )
+      THEN 'completed'
+      ELSE 'in_flight'
+    END AS class,
+    COALESCE(r.p_xfer_abort, FALSE) /* the prefill's own lines say where the abort hit; only when it never reported the room */ /* again does the decode's `Decode transfer failed` (past handshake) make it a race */
+    OR COALESCE(r.p_abort_queue ILIKE '%inflight%', FALSE)
+    OR COALESCE(r.p_finish_reason ILIKE 'Prefill transfer failed%abort%', FALSE)
+    OR (
+      COALESCE(r.d_xfer_abort, FALSE) AND r.p_end IS NULL
+    ) AS abort_race
+  FROM lived AS r
+  LEFT JOIN across AS a
+    USING (bootstrap_room)
+)
 SELECT
   bootstrap_room,
   CAST(bootstrap_room AS STRING) AS room,
@@ -608,7 +602,7 @@ SELECT
   p_gone_t,
   d_gone_t,
   hole_ids
-FROM requests__classed AS classed
+FROM classed
 /* judged: what lives in the window (its last sign, or still open, at or after the window start) */
 WHERE
   COALESCE(life_end, (

@@ -15,44 +15,44 @@ FROM (
     key = 'folded_upto'
 ) AS pdf_folded_upto;
 
-CREATE OR REPLACE TEMPORARY VIEW room_facts__sides AS
-/* fit: 'in' (the window holds every line of the side), 'out' (none, or no such side), 'cut' */
-SELECT
-  r.*,
-  po.offset_us AS p_off,
-  dof.offset_us AS d_off,
-  CASE
-    WHEN r.p_first_ts IS NULL
-    OR po.host IS NULL
-    OR r.p_last_ts < po.lo_us
-    OR r.p_first_ts > po.hi_us
-    THEN 'out'
-    WHEN r.p_host_lo = r.p_host_hi AND r.p_first_ts >= po.lo_us AND r.p_last_ts <= po.hi_us
-    THEN 'in'
-    ELSE 'cut'
-  END AS p_fit,
-  CASE
-    WHEN r.d_first_ts IS NULL
-    OR dof.host IS NULL
-    OR r.d_last_ts < dof.lo_us
-    OR r.d_first_ts > dof.hi_us
-    THEN 'out'
-    WHEN r.d_host_lo = r.d_host_hi
-    AND r.d_first_ts >= dof.lo_us
-    AND r.d_last_ts <= dof.hi_us
-    THEN 'in'
-    ELSE 'cut'
-  END AS d_fit
-FROM rooms AS r
-LEFT JOIN room_facts__o AS po
-  ON po.host = r.p_host_lo
-LEFT JOIN room_facts__o AS dof
-  ON dof.host = r.d_host_lo;
-
 CREATE OR REPLACE TEMPORARY VIEW room_facts__redo AS
+WITH sides AS (
+  /* fit: 'in' (the window holds every line of the side), 'out' (none, or no such side), 'cut' */
+  SELECT
+    r.*,
+    po.offset_us AS p_off,
+    dof.offset_us AS d_off,
+    CASE
+      WHEN r.p_first_ts IS NULL
+      OR po.host IS NULL
+      OR r.p_last_ts < po.lo_us
+      OR r.p_first_ts > po.hi_us
+      THEN 'out'
+      WHEN r.p_host_lo = r.p_host_hi AND r.p_first_ts >= po.lo_us AND r.p_last_ts <= po.hi_us
+      THEN 'in'
+      ELSE 'cut'
+    END AS p_fit,
+    CASE
+      WHEN r.d_first_ts IS NULL
+      OR dof.host IS NULL
+      OR r.d_last_ts < dof.lo_us
+      OR r.d_first_ts > dof.hi_us
+      THEN 'out'
+      WHEN r.d_host_lo = r.d_host_hi
+      AND r.d_first_ts >= dof.lo_us
+      AND r.d_last_ts <= dof.hi_us
+      THEN 'in'
+      ELSE 'cut'
+    END AS d_fit
+  FROM rooms AS r
+  LEFT JOIN room_facts__o AS po
+    ON po.host = r.p_host_lo
+  LEFT JOIN room_facts__o AS dof
+    ON dof.host = r.d_host_lo
+)
 SELECT
   bootstrap_room
-FROM room_facts__sides AS sides
+FROM sides
 WHERE
   untimed OR p_fit = 'cut' OR d_fit = 'cut'
 UNION
@@ -62,175 +62,204 @@ FROM events AS e, room_facts__upto AS upto
 WHERE
   e.line_id > upto.line_id AND NOT e.bootstrap_room IS NULL;
 
-CREATE OR REPLACE TEMPORARY VIEW room_facts__folded AS
-SELECT
-  s.bootstrap_room,
-  CASE WHEN p_fit = 'in' AND NOT p_common_last_ts IS NULL THEN p_host_lo END AS p_host_c,
-  CASE WHEN p_fit = 'in' THEN p_rid END AS prefill_rid_c,
-  CASE WHEN p_fit = 'in' THEN p_recv_ts - p_off END AS p_recv,
-  CASE WHEN p_fit = 'in' THEN p_done_ts - p_off END AS p_done,
-  CASE WHEN p_fit = 'in' THEN p_stats_ts - p_off END AS p_stats_at,
-  CASE WHEN p_fit = 'in' THEN p_inflight_entry_ts - p_off END AS p_inflight_entry,
-  CASE WHEN p_fit = 'in' THEN p_bootstrap_done_ts - p_off END AS p_bootstrap_done,
-  CASE WHEN d_fit = 'in' AND NOT d_common_last_ts IS NULL THEN d_host_lo END AS d_host_c,
-  CASE WHEN d_fit = 'in' THEN d_rid END AS decode_rid_c,
-  CASE WHEN d_fit = 'in' THEN d_recv_ts - d_off END AS d_recv,
-  CASE WHEN d_fit = 'in' THEN d_done_ts - d_off END AS d_done,
-  CASE WHEN d_fit = 'in' THEN d_stats_ts - d_off END AS d_stats_at,
-  CASE WHEN p_fit = 'in' THEN p_common_last_ts - p_off END AS p_last_c,
-  CASE WHEN d_fit = 'in' THEN d_common_last_ts - d_off END AS d_last_c,
-  CASE WHEN p_fit = 'in' THEN p_recvs END AS p_recvs,
-  CASE WHEN d_fit = 'in' THEN d_recvs END AS d_recvs,
-  CASE WHEN p_fit = 'in' THEN p_last_recv_ts - p_off END AS p_last_recv,
-  CASE WHEN p_fit = 'in' THEN p_last_done_ts - p_off END AS p_last_done
-FROM room_facts__sides AS s
-WHERE
-  (
-    s.p_fit = 'in' OR s.d_fit = 'in'
-  )
-  AND NOT s.bootstrap_room IN (
-    SELECT
-      bootstrap_room
-    FROM room_facts__redo AS redo
-  );
-
-CREATE OR REPLACE TEMPORARY VIEW room_facts__common AS
-/* k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats, */
-/*    11/12/14 the same on decode */
-SELECT
-  bootstrap_room,
-  host,
-  rid,
-  t_us,
-  CASE event
-    WHEN 'request_received'
-    THEN 1
-    WHEN 'req_time_stats'
-    THEN 4
-    WHEN 'request_finished'
-    THEN CASE WHEN reason_kind IS NULL THEN 2 ELSE 3 END
-    ELSE 0
-  END + CASE WHEN engine = 'decode' THEN 10 ELSE 0 END AS k,
-  CASE WHEN event = 'req_time_stats' THEN entry_time_us - offset_us END AS entry_t,
-  bootstrap_ms,
-  queue_ms,
-  forward_ms
-FROM room_events
-WHERE
-  bootstrap_room IN (
-    SELECT
-      bootstrap_room
-    FROM room_facts__redo AS redo
-  );
-
-CREATE OR REPLACE TEMPORARY VIEW room_facts__aggregated AS
-/* each aggregate touches only the lines its FILTER selects: with ~4 lines per request, the */
-/* fewer touched, the faster (first/last and the level are derived below instead) */
-SELECT
-  bootstrap_room,
-  ANY_VALUE(host, TRUE) FILTER(WHERE
-    k IN (1, 2, 4)) AS p_host_c,
-  ANY_VALUE(rid, TRUE) FILTER(WHERE
-    k IN (1, 2, 4)) AS prefill_rid_c,
-  MIN(t_us) FILTER(WHERE
-    k = 1) AS p_recv,
-  MIN(t_us) FILTER(WHERE
-    k = 2) AS p_done,
-  MIN(t_us) FILTER(WHERE
-    k = 4) AS p_stats_at,
-  MIN(
-    entry_t + CAST((
-      (
-        COALESCE(bootstrap_ms, 0) + COALESCE(queue_ms, 0) + COALESCE(forward_ms, 0)
-      ) * 1000
-    ) AS BIGINT)
-  ) /* L2: inflight entry = bootstrap-queue entry (its wall clock) + bootstrap + waiting + forward */ FILTER(WHERE
-    k = 4) AS p_inflight_entry,
-  MIN(entry_t + CAST((
-    COALESCE(bootstrap_ms, 0) * 1000
-  ) AS BIGINT)) FILTER(WHERE
-    k = 4) AS p_bootstrap_done,
-  ANY_VALUE(host, TRUE) FILTER(WHERE
-    k IN (11, 12, 14)) AS d_host_c,
-  ANY_VALUE(rid, TRUE) FILTER(WHERE
-    k IN (11, 12, 14)) AS decode_rid_c,
-  MIN(t_us) FILTER(WHERE
-    k = 11) AS d_recv,
-  MIN(t_us) FILTER(WHERE
-    k = 12) AS d_done,
-  MIN(t_us) FILTER(WHERE
-    k = 14) AS d_stats_at,
-  MAX(t_us) FILTER(WHERE
-    k IN (1, 2, 4)) AS p_last_c,
-  MAX(t_us) FILTER(WHERE
-    k IN (11, 12, 14)) AS d_last_c,
-  COUNT(*) FILTER(WHERE
-    k = 1) AS p_recvs,
-  COUNT(*) FILTER(WHERE
-    k = 11) AS d_recvs,
-  MAX(t_us) FILTER(WHERE
-    k = 1) AS p_last_recv,
-  MAX(t_us) FILTER(WHERE
-    k IN (2, 4)) AS p_last_done
-FROM room_facts__common AS common
-GROUP BY
-  bootstrap_room;
-
-CREATE OR REPLACE TEMPORARY VIEW room_facts__facts AS
-SELECT
-  __l.bootstrap_room,
-  __l.p_host_c,
-  __l.prefill_rid_c,
-  __l.p_recv,
-  __l.p_done,
-  __l.p_stats_at,
-  __l.p_inflight_entry,
-  __l.p_bootstrap_done,
-  __l.d_host_c,
-  __l.decode_rid_c,
-  __l.d_recv,
-  __l.d_done,
-  __l.d_stats_at,
-  __l.p_last_c,
-  __l.d_last_c,
-  __l.p_recvs,
-  __l.d_recvs,
-  __l.p_last_recv,
-  __l.p_last_done
-FROM (
+CREATE OR REPLACE TEMPORARY VIEW room_facts AS
+WITH sides AS (
+  /* fit: 'in' (the window holds every line of the side), 'out' (none, or no such side), 'cut' */
   SELECT
-    *
-  FROM room_facts__folded AS folded
-) AS __l
-UNION ALL
-SELECT
-  __r.bootstrap_room,
-  __r.p_host_c,
-  __r.prefill_rid_c,
-  __r.p_recv,
-  __r.p_done,
-  __r.p_stats_at,
-  __r.p_inflight_entry,
-  __r.p_bootstrap_done,
-  __r.d_host_c,
-  __r.decode_rid_c,
-  __r.d_recv,
-  __r.d_done,
-  __r.d_stats_at,
-  __r.p_last_c,
-  __r.d_last_c,
-  __r.p_recvs,
-  __r.d_recvs,
-  __r.p_last_recv,
-  __r.p_last_done
-FROM (
+    r.*,
+    po.offset_us AS p_off,
+    dof.offset_us AS d_off,
+    CASE
+      WHEN r.p_first_ts IS NULL
+      OR po.host IS NULL
+      OR r.p_last_ts < po.lo_us
+      OR r.p_first_ts > po.hi_us
+      THEN 'out'
+      WHEN r.p_host_lo = r.p_host_hi AND r.p_first_ts >= po.lo_us AND r.p_last_ts <= po.hi_us
+      THEN 'in'
+      ELSE 'cut'
+    END AS p_fit,
+    CASE
+      WHEN r.d_first_ts IS NULL
+      OR dof.host IS NULL
+      OR r.d_last_ts < dof.lo_us
+      OR r.d_first_ts > dof.hi_us
+      THEN 'out'
+      WHEN r.d_host_lo = r.d_host_hi
+      AND r.d_first_ts >= dof.lo_us
+      AND r.d_last_ts <= dof.hi_us
+      THEN 'in'
+      ELSE 'cut'
+    END AS d_fit
+  FROM rooms AS r
+  LEFT JOIN room_facts__o AS po
+    ON po.host = r.p_host_lo
+  LEFT JOIN room_facts__o AS dof
+    ON dof.host = r.d_host_lo
+), folded AS (
   SELECT
-    *
-  FROM room_facts__aggregated AS aggregated
-) AS __r;
-
-CREATE OR REPLACE TEMPORARY VIEW room_facts__rare_lines AS
-WITH c AS (
+    s.bootstrap_room,
+    CASE WHEN p_fit = 'in' AND NOT p_common_last_ts IS NULL THEN p_host_lo END AS p_host_c,
+    CASE WHEN p_fit = 'in' THEN p_rid END AS prefill_rid_c,
+    CASE WHEN p_fit = 'in' THEN p_recv_ts - p_off END AS p_recv,
+    CASE WHEN p_fit = 'in' THEN p_done_ts - p_off END AS p_done,
+    CASE WHEN p_fit = 'in' THEN p_stats_ts - p_off END AS p_stats_at,
+    CASE WHEN p_fit = 'in' THEN p_inflight_entry_ts - p_off END AS p_inflight_entry,
+    CASE WHEN p_fit = 'in' THEN p_bootstrap_done_ts - p_off END AS p_bootstrap_done,
+    CASE WHEN d_fit = 'in' AND NOT d_common_last_ts IS NULL THEN d_host_lo END AS d_host_c,
+    CASE WHEN d_fit = 'in' THEN d_rid END AS decode_rid_c,
+    CASE WHEN d_fit = 'in' THEN d_recv_ts - d_off END AS d_recv,
+    CASE WHEN d_fit = 'in' THEN d_done_ts - d_off END AS d_done,
+    CASE WHEN d_fit = 'in' THEN d_stats_ts - d_off END AS d_stats_at,
+    CASE WHEN p_fit = 'in' THEN p_common_last_ts - p_off END AS p_last_c,
+    CASE WHEN d_fit = 'in' THEN d_common_last_ts - d_off END AS d_last_c,
+    CASE WHEN p_fit = 'in' THEN p_recvs END AS p_recvs,
+    CASE WHEN d_fit = 'in' THEN d_recvs END AS d_recvs,
+    CASE WHEN p_fit = 'in' THEN p_last_recv_ts - p_off END AS p_last_recv,
+    CASE WHEN p_fit = 'in' THEN p_last_done_ts - p_off END AS p_last_done
+  FROM sides AS s
+  WHERE
+    (
+      s.p_fit = 'in' OR s.d_fit = 'in'
+    )
+    AND NOT s.bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__redo AS redo
+    )
+), common AS (
+  /* k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats, */
+  /*    11/12/14 the same on decode */
+  SELECT
+    bootstrap_room,
+    host,
+    rid,
+    t_us,
+    CASE event
+      WHEN 'request_received'
+      THEN 1
+      WHEN 'req_time_stats'
+      THEN 4
+      WHEN 'request_finished'
+      THEN CASE WHEN reason_kind IS NULL THEN 2 ELSE 3 END
+      ELSE 0
+    END + CASE WHEN engine = 'decode' THEN 10 ELSE 0 END AS k,
+    CASE WHEN event = 'req_time_stats' THEN entry_time_us - offset_us END AS entry_t,
+    bootstrap_ms,
+    queue_ms,
+    forward_ms
+  FROM room_events
+  WHERE
+    bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__redo AS redo
+    )
+), aggregated AS (
+  /* each aggregate touches only the lines its FILTER selects: with ~4 lines per request, the */
+  /* fewer touched, the faster (first/last and the level are derived below instead) */
+  SELECT
+    bootstrap_room,
+    ANY_VALUE(host, TRUE) FILTER(WHERE
+      k IN (1, 2, 4)) AS p_host_c,
+    ANY_VALUE(rid, TRUE) FILTER(WHERE
+      k IN (1, 2, 4)) AS prefill_rid_c,
+    MIN(t_us) FILTER(WHERE
+      k = 1) AS p_recv,
+    MIN(t_us) FILTER(WHERE
+      k = 2) AS p_done,
+    MIN(t_us) FILTER(WHERE
+      k = 4) AS p_stats_at,
+    MIN(
+      entry_t + CAST((
+        (
+          COALESCE(bootstrap_ms, 0) + COALESCE(queue_ms, 0) + COALESCE(forward_ms, 0)
+        ) * 1000
+      ) AS BIGINT)
+    ) /* L2: inflight entry = bootstrap-queue entry (its wall clock) + bootstrap + waiting + forward */ FILTER(WHERE
+      k = 4) AS p_inflight_entry,
+    MIN(entry_t + CAST((
+      COALESCE(bootstrap_ms, 0) * 1000
+    ) AS BIGINT)) FILTER(WHERE
+      k = 4) AS p_bootstrap_done,
+    ANY_VALUE(host, TRUE) FILTER(WHERE
+      k IN (11, 12, 14)) AS d_host_c,
+    ANY_VALUE(rid, TRUE) FILTER(WHERE
+      k IN (11, 12, 14)) AS decode_rid_c,
+    MIN(t_us) FILTER(WHERE
+      k = 11) AS d_recv,
+    MIN(t_us) FILTER(WHERE
+      k = 12) AS d_done,
+    MIN(t_us) FILTER(WHERE
+      k = 14) AS d_stats_at,
+    MAX(t_us) FILTER(WHERE
+      k IN (1, 2, 4)) AS p_last_c,
+    MAX(t_us) FILTER(WHERE
+      k IN (11, 12, 14)) AS d_last_c,
+    COUNT(*) FILTER(WHERE
+      k = 1) AS p_recvs,
+    COUNT(*) FILTER(WHERE
+      k = 11) AS d_recvs,
+    MAX(t_us) FILTER(WHERE
+      k = 1) AS p_last_recv,
+    MAX(t_us) FILTER(WHERE
+      k IN (2, 4)) AS p_last_done
+  FROM common
+  GROUP BY
+    bootstrap_room
+), facts AS (
+  SELECT
+    __l.bootstrap_room,
+    __l.p_host_c,
+    __l.prefill_rid_c,
+    __l.p_recv,
+    __l.p_done,
+    __l.p_stats_at,
+    __l.p_inflight_entry,
+    __l.p_bootstrap_done,
+    __l.d_host_c,
+    __l.decode_rid_c,
+    __l.d_recv,
+    __l.d_done,
+    __l.d_stats_at,
+    __l.p_last_c,
+    __l.d_last_c,
+    __l.p_recvs,
+    __l.d_recvs,
+    __l.p_last_recv,
+    __l.p_last_done
+  FROM (
+    SELECT
+      *
+    FROM folded
+  ) AS __l
+  UNION ALL
+  SELECT
+    __r.bootstrap_room,
+    __r.p_host_c,
+    __r.prefill_rid_c,
+    __r.p_recv,
+    __r.p_done,
+    __r.p_stats_at,
+    __r.p_inflight_entry,
+    __r.p_bootstrap_done,
+    __r.d_host_c,
+    __r.decode_rid_c,
+    __r.d_recv,
+    __r.d_done,
+    __r.d_stats_at,
+    __r.p_last_c,
+    __r.d_last_c,
+    __r.p_recvs,
+    __r.d_recvs,
+    __r.p_last_recv,
+    __r.p_last_done
+  FROM (
+    SELECT
+      *
+    FROM aggregated
+  ) AS __r
+), c AS (
   SELECT
     host_offsets,
     abort_rooms,
@@ -580,240 +609,238 @@ WITH c AS (
     AND NOT (
       c.start_given OR c.end_given
     )
-)
-/* k: 3 prefill Finish: abort, 5 Prefill bootstrap failed, 6 Prefill transfer failed or a NIXL */
-/*    per-room error, 7 the watchdog's line, 8 L3 `Abort <queue> request.` on prefill, */
-/*    13 decode Finish: abort, 15 Decode handshake failed, 16 Decode transfer failed */
-/* rk: 1 abort, 2 failure, 3 propagated from another rank (no reason of its own), 4 the watchdog */
-SELECT
-  *,
-  engine = 'prefill' AS is_p,
-  CASE event
-    WHEN 'request_finished'
-    THEN CASE WHEN engine = 'prefill' THEN 3 ELSE 13 END
-    WHEN 'prefill_bootstrap_failed'
-    THEN 5
-    WHEN 'prefill_transfer_failed'
-    THEN 6
-    WHEN 'transfer_error'
-    THEN 6
-    WHEN 'watchdog_fired'
-    THEN 7
-    WHEN 'abort_request'
-    THEN 8
-    WHEN 'decode_handshake_failed'
-    THEN 15
-    WHEN 'decode_transfer_failed'
-    THEN 16
-    WHEN 'decode_watchdog_fired'
-    THEN 17
-    WHEN 'retract_abort'
-    THEN 18
-  END AS k,
-  CASE reason_kind
-    WHEN 'abort'
-    THEN 1
-    WHEN 'failure'
-    THEN 2
-    WHEN 'propagated'
-    THEN 3
-    WHEN 'watchdog'
-    THEN 4
-    WHEN 'retract'
-    THEN 5
-  END AS rk
-FROM (
+), rare_lines AS (
+  /* k: 3 prefill Finish: abort, 5 Prefill bootstrap failed, 6 Prefill transfer failed or a NIXL */
+  /*    per-room error, 7 the watchdog's line, 8 L3 `Abort <queue> request.` on prefill, */
+  /*    13 decode Finish: abort, 15 Decode handshake failed, 16 Decode transfer failed */
+  /* rk: 1 abort, 2 failure, 3 propagated from another rank (no reason of its own), 4 the watchdog */
   SELECT
-    e.*,
-    e.ts_us - e.offset_us AS t_us,
-    CASE
-      WHEN e.event = 'request_received' OR e.event = 'req_time_stats'
-      THEN NULL
-      WHEN e.event = 'request_finished' AND COALESCE(e.finish_type, '') <> 'abort'
-      THEN NULL
-      WHEN NOT e.event IN (
-        'prefill_bootstrap_failed',
-        'prefill_transfer_failed',
-        'decode_handshake_failed',
-        'decode_transfer_failed',
-        'transfer_error',
-        'request_finished',
-        'watchdog_fired',
-        'abort_request',
-        'decode_watchdog_fired',
-        'retract_abort'
-      )
-      THEN NULL
-      WHEN e.event = 'retract_abort'
-      THEN 'retract'
-      WHEN NOT e.timeout_kind IS NULL
-      THEN 'failure'
-      WHEN e.event IN ('watchdog_fired', 'decode_watchdog_fired')
-      OR e.reason ILIKE '%inflight watchdog%'
-      THEN 'watchdog'
-      WHEN e.event = 'abort_request'
-      THEN 'abort'
-      WHEN e.reason ILIKE '%unknown reason from another rank%'
-      THEN 'propagated'
-      WHEN e.reason ILIKE '%abort%'
-      THEN 'abort'
-      WHEN e.event = 'request_finished' AND e.reason IS NULL
-      THEN 'abort'
-      ELSE 'failure'
-    END AS reason_kind
-  FROM e
+    *,
+    engine = 'prefill' AS is_p,
+    CASE event
+      WHEN 'request_finished'
+      THEN CASE WHEN engine = 'prefill' THEN 3 ELSE 13 END
+      WHEN 'prefill_bootstrap_failed'
+      THEN 5
+      WHEN 'prefill_transfer_failed'
+      THEN 6
+      WHEN 'transfer_error'
+      THEN 6
+      WHEN 'watchdog_fired'
+      THEN 7
+      WHEN 'abort_request'
+      THEN 8
+      WHEN 'decode_handshake_failed'
+      THEN 15
+      WHEN 'decode_transfer_failed'
+      THEN 16
+      WHEN 'decode_watchdog_fired'
+      THEN 17
+      WHEN 'retract_abort'
+      THEN 18
+    END AS k,
+    CASE reason_kind
+      WHEN 'abort'
+      THEN 1
+      WHEN 'failure'
+      THEN 2
+      WHEN 'propagated'
+      THEN 3
+      WHEN 'watchdog'
+      THEN 4
+      WHEN 'retract'
+      THEN 5
+    END AS rk
+  FROM (
+    SELECT
+      e.*,
+      e.ts_us - e.offset_us AS t_us,
+      CASE
+        WHEN e.event = 'request_received' OR e.event = 'req_time_stats'
+        THEN NULL
+        WHEN e.event = 'request_finished' AND COALESCE(e.finish_type, '') <> 'abort'
+        THEN NULL
+        WHEN NOT e.event IN (
+          'prefill_bootstrap_failed',
+          'prefill_transfer_failed',
+          'decode_handshake_failed',
+          'decode_transfer_failed',
+          'transfer_error',
+          'request_finished',
+          'watchdog_fired',
+          'abort_request',
+          'decode_watchdog_fired',
+          'retract_abort'
+        )
+        THEN NULL
+        WHEN e.event = 'retract_abort'
+        THEN 'retract'
+        WHEN NOT e.timeout_kind IS NULL
+        THEN 'failure'
+        WHEN e.event IN ('watchdog_fired', 'decode_watchdog_fired')
+        OR e.reason ILIKE '%inflight watchdog%'
+        THEN 'watchdog'
+        WHEN e.event = 'abort_request'
+        THEN 'abort'
+        WHEN e.reason ILIKE '%unknown reason from another rank%'
+        THEN 'propagated'
+        WHEN e.reason ILIKE '%abort%'
+        THEN 'abort'
+        WHEN e.event = 'request_finished' AND e.reason IS NULL
+        THEN 'abort'
+        ELSE 'failure'
+      END AS reason_kind
+    FROM e
+    WHERE
+      e.bootstrap_room <> 0
+      AND COALESCE(e.bootstrap_host, '') <> '2.2.2.2'
+      AND NOT STARTSWITH(COALESCE(e.rid, ''), 'HEALTH_CHECK')
+  ) AS pdf_room_lines
   WHERE
-    e.bootstrap_room <> 0
-    AND COALESCE(e.bootstrap_host, '') <> '2.2.2.2'
-    AND NOT STARTSWITH(COALESCE(e.rid, ''), 'HEALTH_CHECK')
-) AS pdf_room_lines
-WHERE
-  event IN (
-    'request_finished',
-    'prefill_bootstrap_failed',
-    'prefill_transfer_failed',
-    'transfer_error',
-    'watchdog_fired',
-    'abort_request',
-    'decode_handshake_failed',
-    'decode_transfer_failed',
-    'decode_watchdog_fired',
-    'retract_abort'
-  )
-  AND NOT reason_kind IS NULL;
-
-CREATE OR REPLACE TEMPORARY VIEW room_facts__rare AS
-SELECT
-  bootstrap_room,
-  MIN(t_us) FILTER(WHERE
-    k = 5) AS p_boot_failed,
-  MIN(t_us) FILTER(WHERE
-    k = 6 AND rk <> 4) AS p_xfer_failed,
-  MIN(t_us) FILTER(WHERE
-    k = 3) AS p_finish_abort,
-  MIN_BY(reason, t_us) /* the prefill Finish of a failed request carries the whole failure line as its abort message */ FILTER(WHERE
-    k = 3) AS p_finish_reason,
-  MIN(t_us) FILTER(WHERE
-    is_p AND rk = 1) AS p_abort_at,
-  BOOL_OR(rk = 1) FILTER(WHERE
-    k = 6) AS p_xfer_abort,
-  BOOL_OR(rk = 1) FILTER(WHERE
-    k = 5) AS p_boot_abort,
-  COALESCE(BOOL_OR(rk = 1) FILTER(WHERE
-    is_p), FALSE) AS p_any_abort,
-  COALESCE(BOOL_OR(rk = 2) FILTER(WHERE
-    is_p), FALSE) AS p_any_failure,
-  COALESCE(BOOL_OR(rk = 3) FILTER(WHERE
-    is_p), FALSE) AS p_any_propagated,
-  COALESCE(
-    MIN_BY(reason, t_us) FILTER(WHERE
-      is_p AND rk IN (1, 2, 4)),
-    MIN_BY(reason, t_us) FILTER(WHERE
-      is_p AND rk = 3)
-  ) AS p_reason, /* a rank that only propagated another rank's failure still says so ("... from another rank") */
-  MIN_BY(timeout_kind, t_us) /* SGLang's own timeout that ended it (schema: timeout_kind), if one did */ FILTER(WHERE
-    NOT timeout_kind IS NULL) AS upstream_timeout,
-  ARRAY_SORT(
-    CASE
-      WHEN SIZE(COLLECT_SET(STRUCT(COALESCE(rank, tp_rank) AS v)) FILTER(WHERE
-        k IN (5, 6))) = 0
-      THEN NULL
-      ELSE TRANSFORM(
-        COLLECT_SET(STRUCT(COALESCE(rank, tp_rank) AS v)) FILTER(WHERE
-          k IN (5, 6)),
-        s -> s.v
-      )
-    END
-  ) AS p_fail_ranks,
-  MIN(state) /* L3 debug: `Abort <queue> request.` on prefill names the queue the abort hit */ FILTER(WHERE
-    k = 8) AS p_abort_queue,
-  MIN(t_us) FILTER(WHERE
-    k = 8) AS p_abort_req_at,
-  MIN(t_us) /* the watchdog */ FILTER(WHERE
-    k = 7) AS wd_at,
-  MIN(t_us) /* a failure line naming the watchdog (its own rank's, or decode's copy of prefill's reason) */ FILTER(WHERE
-    rk = 4) AS wd_reason_at,
-  MAX(dwell_s) FILTER(WHERE
-    k = 7) AS wd_dwell_s,
-  MIN(state) FILTER(WHERE
-    k = 7) AS wd_state,
-  MAX(timeout_s) FILTER(WHERE
-    k = 7) AS wd_timeout_s,
-  ARRAY_SORT(
-    CASE
-      WHEN SIZE(COLLECT_SET(STRUCT(tp_rank AS v)) FILTER(WHERE
-        k = 7)) = 0
-      THEN NULL
-      ELSE TRANSFORM(COLLECT_SET(STRUCT(tp_rank AS v)) FILTER(WHERE
-        k = 7), s -> s.v)
-    END
-  ) AS wd_ranks,
-  COUNT(DISTINCT tp_rank) FILTER(WHERE
-    k = 7) AS wd_n_ranks,
-  COUNT(DISTINCT COALESCE(app_ts_us, ts_us) DIV 1000000) /* the patch checks the deadline before the all-reduce, so every rank should fire in the same second */ FILTER(WHERE
-    k = 7) <= 1 AS wd_same_second,
-  MIN(t_us) FILTER(WHERE
-    k = 15) AS d_hs_failed,
-  MIN(t_us) FILTER(WHERE
-    k = 16) AS d_xfer_failed,
-  BOOL_OR(rk = 1) FILTER(WHERE
-    k = 16) AS d_xfer_abort,
-  MIN(t_us) FILTER(WHERE
-    k = 13) AS d_finish_abort,
-  MIN(t_us) FILTER(WHERE
-    NOT is_p AND rk = 1) AS d_abort_at,
-  COALESCE(BOOL_OR(rk = 1) FILTER(WHERE
-    NOT is_p), FALSE) AS d_any_abort,
-  COALESCE(BOOL_OR(rk = 2) FILTER(WHERE
-    NOT is_p), FALSE) AS d_any_failure,
-  COALESCE(BOOL_OR(rk = 3) FILTER(WHERE
-    NOT is_p), FALSE) AS d_any_propagated,
-  COALESCE(
-    MIN_BY(reason, t_us) FILTER(WHERE
-      NOT is_p AND rk IN (1, 2, 4)),
-    MIN_BY(reason, t_us) FILTER(WHERE
-      NOT is_p AND rk = 3)
-  ) AS d_reason,
-  MIN(t_us) /* the decode-side watchdog (another dialect's) released its decode leg; a decode retraction aborted it */ FILTER(WHERE
-    k = 17) AS d_wd_at,
-  MIN(t_us) FILTER(WHERE
-    k = 18) AS d_retracted_at,
-  ARRAY_SORT(
-    CASE
-      WHEN SIZE(COLLECT_SET(STRUCT(COALESCE(rank, tp_rank) AS v)) FILTER(WHERE
-        k IN (15, 16))) = 0
-      THEN NULL
-      ELSE TRANSFORM(
-        COLLECT_SET(STRUCT(COALESCE(rank, tp_rank) AS v)) FILTER(WHERE
-          k IN (15, 16)),
-        s -> s.v
-      )
-    END
-  ) AS d_fail_ranks,
-  BOOL_OR(k = 8) AS debug_lines,
-  MAX(t_us) /* the prefill's last terminal line (a later Receive: opens another leg) */ FILTER(WHERE
-    k IN (3, 5, 6, 7)) AS p_last_end_r,
-  ANY_VALUE(host, TRUE) FILTER(WHERE
-    is_p) AS p_host_r,
-  ANY_VALUE(rid, TRUE) FILTER(WHERE
-    is_p) AS prefill_rid_r,
-  MIN(t_us) FILTER(WHERE
-    is_p) AS p_first_r,
-  MAX(t_us) FILTER(WHERE
-    is_p) AS p_last_r,
-  ANY_VALUE(host, TRUE) FILTER(WHERE
-    NOT is_p) AS d_host_r,
-  ANY_VALUE(rid, TRUE) FILTER(WHERE
-    NOT is_p) AS decode_rid_r,
-  MIN(t_us) FILTER(WHERE
-    NOT is_p) AS d_first_r,
-  MAX(t_us) FILTER(WHERE
-    NOT is_p) AS d_last_r
-FROM room_facts__rare_lines AS rare_lines
-GROUP BY
-  bootstrap_room;
-
-CREATE OR REPLACE TEMPORARY VIEW room_facts AS
+    event IN (
+      'request_finished',
+      'prefill_bootstrap_failed',
+      'prefill_transfer_failed',
+      'transfer_error',
+      'watchdog_fired',
+      'abort_request',
+      'decode_handshake_failed',
+      'decode_transfer_failed',
+      'decode_watchdog_fired',
+      'retract_abort'
+    )
+    AND NOT reason_kind IS NULL
+), rare AS (
+  SELECT
+    bootstrap_room,
+    MIN(t_us) FILTER(WHERE
+      k = 5) AS p_boot_failed,
+    MIN(t_us) FILTER(WHERE
+      k = 6 AND rk <> 4) AS p_xfer_failed,
+    MIN(t_us) FILTER(WHERE
+      k = 3) AS p_finish_abort,
+    MIN_BY(reason, CASE WHEN NOT reason IS NULL THEN t_us END) /* the prefill Finish of a failed request carries the whole failure line as its abort message */ FILTER(WHERE
+      k = 3) AS p_finish_reason,
+    MIN(t_us) FILTER(WHERE
+      is_p AND rk = 1) AS p_abort_at,
+    BOOL_OR(rk = 1) FILTER(WHERE
+      k = 6) AS p_xfer_abort,
+    BOOL_OR(rk = 1) FILTER(WHERE
+      k = 5) AS p_boot_abort,
+    COALESCE(BOOL_OR(rk = 1) FILTER(WHERE
+      is_p), FALSE) AS p_any_abort,
+    COALESCE(BOOL_OR(rk = 2) FILTER(WHERE
+      is_p), FALSE) AS p_any_failure,
+    COALESCE(BOOL_OR(rk = 3) FILTER(WHERE
+      is_p), FALSE) AS p_any_propagated,
+    COALESCE(
+      MIN_BY(reason, CASE WHEN NOT reason IS NULL THEN t_us END) FILTER(WHERE
+        is_p AND rk IN (1, 2, 4)),
+      MIN_BY(reason, CASE WHEN NOT reason IS NULL THEN t_us END) FILTER(WHERE
+        is_p AND rk = 3)
+    ) AS p_reason, /* a rank that only propagated another rank's failure still says so ("... from another rank") */
+    MIN_BY(timeout_kind, CASE WHEN NOT timeout_kind IS NULL THEN t_us END) /* SGLang's own timeout that ended it (schema: timeout_kind), if one did */ FILTER(WHERE
+      NOT timeout_kind IS NULL) AS upstream_timeout,
+    ARRAY_SORT(
+      CASE
+        WHEN SIZE(COLLECT_SET(STRUCT(COALESCE(rank, tp_rank) AS v)) FILTER(WHERE
+          k IN (5, 6))) = 0
+        THEN NULL
+        ELSE TRANSFORM(
+          COLLECT_SET(STRUCT(COALESCE(rank, tp_rank) AS v)) FILTER(WHERE
+            k IN (5, 6)),
+          s -> s.v
+        )
+      END
+    ) AS p_fail_ranks,
+    MIN(state) /* L3 debug: `Abort <queue> request.` on prefill names the queue the abort hit */ FILTER(WHERE
+      k = 8) AS p_abort_queue,
+    MIN(t_us) FILTER(WHERE
+      k = 8) AS p_abort_req_at,
+    MIN(t_us) /* the watchdog */ FILTER(WHERE
+      k = 7) AS wd_at,
+    MIN(t_us) /* a failure line naming the watchdog (its own rank's, or decode's copy of prefill's reason) */ FILTER(WHERE
+      rk = 4) AS wd_reason_at,
+    MAX(dwell_s) FILTER(WHERE
+      k = 7) AS wd_dwell_s,
+    MIN(state) FILTER(WHERE
+      k = 7) AS wd_state,
+    MAX(timeout_s) FILTER(WHERE
+      k = 7) AS wd_timeout_s,
+    ARRAY_SORT(
+      CASE
+        WHEN SIZE(COLLECT_SET(STRUCT(tp_rank AS v)) FILTER(WHERE
+          k = 7)) = 0
+        THEN NULL
+        ELSE TRANSFORM(COLLECT_SET(STRUCT(tp_rank AS v)) FILTER(WHERE
+          k = 7), s -> s.v)
+      END
+    ) AS wd_ranks,
+    COUNT(DISTINCT tp_rank) FILTER(WHERE
+      k = 7) AS wd_n_ranks,
+    COUNT(DISTINCT COALESCE(app_ts_us, ts_us) DIV 1000000) /* the patch checks the deadline before the all-reduce, so every rank should fire in the same second */ FILTER(WHERE
+      k = 7) <= 1 AS wd_same_second,
+    MIN(t_us) FILTER(WHERE
+      k = 15) AS d_hs_failed,
+    MIN(t_us) FILTER(WHERE
+      k = 16) AS d_xfer_failed,
+    BOOL_OR(rk = 1) FILTER(WHERE
+      k = 16) AS d_xfer_abort,
+    MIN(t_us) FILTER(WHERE
+      k = 13) AS d_finish_abort,
+    MIN(t_us) FILTER(WHERE
+      NOT is_p AND rk = 1) AS d_abort_at,
+    COALESCE(BOOL_OR(rk = 1) FILTER(WHERE
+      NOT is_p), FALSE) AS d_any_abort,
+    COALESCE(BOOL_OR(rk = 2) FILTER(WHERE
+      NOT is_p), FALSE) AS d_any_failure,
+    COALESCE(BOOL_OR(rk = 3) FILTER(WHERE
+      NOT is_p), FALSE) AS d_any_propagated,
+    COALESCE(
+      MIN_BY(reason, CASE WHEN NOT reason IS NULL THEN t_us END) FILTER(WHERE
+        NOT is_p AND rk IN (1, 2, 4)),
+      MIN_BY(reason, CASE WHEN NOT reason IS NULL THEN t_us END) FILTER(WHERE
+        NOT is_p AND rk = 3)
+    ) AS d_reason,
+    MIN(t_us) /* the decode-side watchdog (another dialect's) released its decode leg; a decode retraction aborted it */ FILTER(WHERE
+      k = 17) AS d_wd_at,
+    MIN(t_us) FILTER(WHERE
+      k = 18) AS d_retracted_at,
+    ARRAY_SORT(
+      CASE
+        WHEN SIZE(COLLECT_SET(STRUCT(COALESCE(rank, tp_rank) AS v)) FILTER(WHERE
+          k IN (15, 16))) = 0
+        THEN NULL
+        ELSE TRANSFORM(
+          COLLECT_SET(STRUCT(COALESCE(rank, tp_rank) AS v)) FILTER(WHERE
+            k IN (15, 16)),
+          s -> s.v
+        )
+      END
+    ) AS d_fail_ranks,
+    BOOL_OR(k = 8) AS debug_lines,
+    MAX(t_us) /* the prefill's last terminal line (a later Receive: opens another leg) */ FILTER(WHERE
+      k IN (3, 5, 6, 7)) AS p_last_end_r,
+    ANY_VALUE(host, TRUE) FILTER(WHERE
+      is_p) AS p_host_r,
+    ANY_VALUE(rid, TRUE) FILTER(WHERE
+      is_p) AS prefill_rid_r,
+    MIN(t_us) FILTER(WHERE
+      is_p) AS p_first_r,
+    MAX(t_us) FILTER(WHERE
+      is_p) AS p_last_r,
+    ANY_VALUE(host, TRUE) FILTER(WHERE
+      NOT is_p) AS d_host_r,
+    ANY_VALUE(rid, TRUE) FILTER(WHERE
+      NOT is_p) AS decode_rid_r,
+    MIN(t_us) FILTER(WHERE
+      NOT is_p) AS d_first_r,
+    MAX(t_us) FILTER(WHERE
+      NOT is_p) AS d_last_r
+  FROM rare_lines
+  GROUP BY
+    bootstrap_room
+)
 SELECT
   COALESCE(f.bootstrap_room, r.bootstrap_room) AS bootstrap_room,
   COALESCE(f.p_host_c, r.p_host_r) AS p_host,
@@ -898,7 +925,7 @@ SELECT
     ELSE 'L0'
   END AS evidence_level /* evidence level of this request: debug lines, time stats, request log, else failure lines only */
 /* a room named only by an abort line without its room (context.abort_rooms) has rare lines alone */
-FROM room_facts__facts AS f
-FULL JOIN room_facts__rare AS r
+FROM facts AS f
+FULL JOIN rare AS r
   ON r.bootstrap_room = f.bootstrap_room;
 
