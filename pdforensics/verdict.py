@@ -11,7 +11,7 @@ import dataclasses
 import functools
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -352,32 +352,56 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
     with materialised(con, _VERDICT_VIEWS):
         whole = verdict_from_relations(con)
         hosts = fleet.prefill_instances(con)
+    return judged_per_instance(whole, hosts, options, functools.partial(_judge_instance, con))
+
+
+# Judges one prefill instance: (host, its options, the fleet's variables) -> its Verdict.
+InstanceJudge = Callable[[str, VerdictOptions, dict[str, Any]], "Verdict"]
+
+
+def judged_per_instance(
+    whole: Verdict, hosts: list[str], options: VerdictOptions | None, judge: InstanceJudge
+) -> Verdict:
+    """The whole window's verdict with each prefill instance's own (`judge`, on whichever engine),
+    the worst deciding. One prefill: the window's judgement is that instance's."""
     if len(hosts) < 2:
         whole.instances = [_instance_json(h, whole) for h in hosts]
         return whole
     offsets = {o["host"]: int(o["offset_us"] or 0) for o in whole.host_offsets}
-    judged = [_instance_json(h, _judge_instance(con, h, whole, options, offsets.get(h, 0))) for h in hosts]
+    judged = [
+        _instance_json(h, judge(h, *instance_options(whole, options, offsets.get(h, 0)))) for h in hosts
+    ]
     return _worst_of(whole, sorted(judged, key=lambda i: (SEVERITY.index(i["verdict"]), i["host"])))
 
 
-def _judge_instance(
-    con: duckdb.DuckDBPyConnection, host: str, whole: Verdict, options: VerdictOptions | None, offset_us: int
-) -> Verdict:
-    """One prefill instance judged by the same views over its scope (fleet.instance_scope), in the
-    whole window: its bounds moved onto the instance's clock (the scope's reference clock)."""
+def instance_options(
+    whole: Verdict, options: VerdictOptions | None, offset_us: int
+) -> tuple[VerdictOptions, dict[str, Any]]:
+    """An instance is judged in the whole window, its bounds moved onto the instance's clock (the
+    reference clock of its scope); with no timeout of its own in its lines, held to the one the
+    fleet's lines show (the extra session variables returned)."""
     opts = dataclasses.replace(
         options or VerdictOptions(),
         since_us=None if whole.window_start_us is None else whole.window_start_us + offset_us,
         until_us=None if whole.window_end_us is None else whole.window_end_us + offset_us,
     )
+    fleet_vars: dict[str, Any] = {}
+    if opts.watchdog_timeout_s is None and whole.timeout_source != "default":
+        fleet_vars = {
+            "pdf_fleet_timeout_s": whole.timeout_s,
+            "pdf_fleet_timeout_basis": f"{whole.timeout_source} elsewhere in the fleet",
+        }
+    return opts, fleet_vars
+
+
+def _judge_instance(
+    con: duckdb.DuckDBPyConnection, host: str, opts: VerdictOptions, fleet_vars: dict[str, Any]
+) -> Verdict:
+    """One prefill instance judged by the same views over its scope (fleet.instance_scope)."""
     with fleet.instance_scope(con, host, ensure_views) as cur:
         apply_options(cur, opts)
-        if opts.watchdog_timeout_s is None and whole.timeout_source != "default":
-            # an instance whose lines show no timeout is held to the one the fleet's lines show
-            cur.execute("SET VARIABLE pdf_fleet_timeout_s = ?", [whole.timeout_s])
-            cur.execute(
-                "SET VARIABLE pdf_fleet_timeout_basis = ?", [f"{whole.timeout_source} elsewhere in the fleet"]
-            )
+        for name, value in fleet_vars.items():
+            cur.execute(f"SET VARIABLE {name} = ?", [value])
         with materialised(cur, _VERDICT_VIEWS):
             return verdict_from_relations(cur)
 

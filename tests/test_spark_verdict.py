@@ -179,3 +179,35 @@ def test_no_pyspark_is_one_line_and_exit_5(tmp_path: Path) -> None:
 def test_an_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
     res = run_cli(["verdict", "--engine", "trino", "--parquet", str(tmp_path)], dict(os.environ))
     assert res.returncode == 2 and "--engine 'trino'" in res.stderr
+
+
+def test_the_fleet_through_spark_gives_duckdbs_instances(spark, tmp_path: Path) -> None:
+    """The fleet scenario as a journal-remote directory of real .journal files, ingested with
+    `ingest -D --parquet`: Spark over that Parquet gives DuckDB's JSON, `instances` included, and
+    the instances are the ground truth's."""
+    from pdforensics.simulate.remote import JOURNAL_REMOTE, write_journal_remote
+
+    if not JOURNAL_REMOTE.exists():
+        pytest.skip("systemd-journal-remote is not installed")
+    name = "fleet_16_hosts"
+    exp = json.loads((fixtures_dir() / name / "expected.json").read_text())
+    remote = tmp_path / "remote"
+    write_journal_remote(fixtures_dir() / name / "journal.export", remote)
+    db, lake = tmp_path / "fleet.duckdb", tmp_path / "lake"
+    code, out = cli("ingest", "-D", str(remote), "--db", str(db), "--parquet", str(lake), "--jobs", "1",
+                    *timeout_args(name))  # fmt: skip
+    assert code == 0, out
+    code_d, out_d = cli("verdict", "--db", str(db), "--json", *timeout_args(name))
+    code_s, out_s = cli("verdict", "--engine", "spark", "--parquet", str(lake), "--json", *timeout_args(name))
+    assert code_d == code_s == 0, out_s
+    want = json.loads(out_d)
+    assert want["verdict"] == exp["verdict"] and len(want["instances"]) == 8
+    assert json.loads(out_s) == want
+    got = [
+        (i["host"], i["verdict"], i["watchdog"]["deployed"], i["counts"]["silent_pin"])
+        for i in want["instances"]
+    ]
+    assert got == [
+        (i["host"], i["verdict"], i["watchdog"]["deployed"], i["counts"].get("silent_pin", 0))
+        for i in exp["instances"]
+    ]

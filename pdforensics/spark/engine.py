@@ -2,8 +2,9 @@
 the same code as DuckDB's verdict.
 
     tables = read_parquet_dir(spark, DIR)          # {table: DataFrame}, the ingest's layout
-    con = answer(spark, tables, opts)              # in-memory DuckDB: ANSWER_RELATIONS as tables
-    v = verdict.verdict_from_relations(con)
+    v = spark_verdict(DIR, opts)                   # the rules on Spark; each prefill instance's too
+    # answer(spark, tables, schema, params): ANSWER_RELATIONS as tables of an in-memory DuckDB,
+    # read by verdict.verdict_from_relations, the code DuckDB's verdict uses
 
 The layout (`ingest --parquet DIR`): `DIR/lines` and `DIR/events` hive-partitioned by
 `pdf_host`/`pdf_hour` (dropped on reading: every file keeps all the table's columns), every other
@@ -13,6 +14,7 @@ tables' names, so the same views can run over a scoped subset of the rows.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -114,28 +116,92 @@ def to_duckdb(
     return con
 
 
-def answer(spark: Any, root: Path, opts: verdict.VerdictOptions) -> duckdb.DuckDBPyConnection:
-    """The rules on Spark over the Parquet directory `root`; the answer's relations in DuckDB."""
-    from pdforensics.spark import run
+def answer(
+    spark: Any, tables: dict[str, Any], schema: duckdb.DuckDBPyConnection, params: dict[str, Any]
+) -> duckdb.DuckDBPyConnection:
+    """The rules on Spark over `tables`; the answer's relations in an in-memory DuckDB.
+    `schema`: the tables' shape with the views installed (see `_schema`)."""
+    failed = run_views(spark, tables, schema, params)
+    missing = [n for n in (*verdict.ANSWER_RELATIONS, "context") if n in failed]
+    if missing:
+        raise EngineError(f"Spark could not run the view {missing[0]}: {failed[missing[0]]}")
+    return to_duckdb(spark, verdict.ANSWER_RELATIONS, schema)
 
+
+def _schema(root: Path) -> duckdb.DuckDBPyConnection:
     schema = duckdb_schema_of(root)
     try:
-        try:
-            verdict.install_views(schema, temporary=True)
-        except Exception as exc:
-            raise SourceError(f"{root}: not the tables of a pdforensics database ({exc})") from None
-        failed = run_views(spark, read_parquet_dir(spark, root), schema, run.params_of(opts))
-        missing = [n for n in verdict.ANSWER_RELATIONS if n in failed]
-        if missing:
-            raise EngineError(f"Spark could not run the view {missing[0]}: {failed[missing[0]]}")
-        verdict.apply_options(schema, opts)
-        return to_duckdb(spark, verdict.ANSWER_RELATIONS, schema)
-    finally:
+        verdict.install_views(schema, temporary=True)
+    except Exception as exc:
         schema.close()
+        raise SourceError(f"{root}: not the tables of a pdforensics database ({exc})") from None
+    return schema
+
+
+# What an instance's scope replaces (pdforensics.fleet): its rows, and the summaries folded over
+# every instance, empty.
+_SCOPE_VIEWS = ("prefill_instances", "instance_requests", "instance_events", "instance_lines")
+_SUMMARIES = ("rooms", "line_seconds", "event_seconds")
+
+
+def _scoped_tables(
+    spark: Any, tables: dict[str, Any], schema: duckdb.DuckDBPyConnection, host: str, work: Path
+) -> dict[str, Any]:
+    """The tables as `host`'s instance sees them: the same SQL (08_instances.sql) the DuckDB path
+    scopes with, run on Spark, each result checkpointed before it takes the base table's name."""
+    from pdforensics.spark import run
+
+    run.reset(spark)
+    for name, df in tables.items():
+        df.createOrReplaceTempView(name)
+    translated, failed = run.translate_con(schema, {"pdf_instance": host})
+    wanted = [t for t in translated if t.name in _SCOPE_VIEWS]
+    failed = run.create_steps(spark, wanted, {k: v for k, v in failed.items() if k in _SCOPE_VIEWS})
+    if failed:
+        name = next(iter(failed))
+        raise EngineError(f"Spark could not run the view {name}: {failed[name]}")
+    # written out and read back: a checkpointed result under a base table's name made Spark 4.3's
+    # planner fail on later steps ("key not found: host#0"); a Parquet scan is a clean leaf
+    scoped = dict(tables)
+    for name, view in (("lines", "instance_lines"), ("events", "instance_events")):
+        scoped[name] = _leaf(spark, spark.table(view), work / f"{host_dir(host)}-{name}")
+    scoped["meta"] = _leaf(
+        spark, tables["meta"].where("key <> 'folded_upto'"), work / f"{host_dir(host)}-meta"
+    )
+    for name in _SUMMARIES:
+        if name in tables:
+            scoped[name] = spark.createDataFrame([], tables[name].schema)
+    return scoped
+
+
+def host_dir(host: str) -> str:
+    return "host-" + "".join(c if c.isalnum() or c in "-_." else f"%{ord(c):02X}" for c in host)
+
+
+def _leaf(spark: Any, df: Any, path: Path) -> Any:
+    df.write.mode("overwrite").parquet(str(path))
+    return spark.read.parquet(str(path))
+
+
+def _judge_on_spark(
+    spark: Any, tables: dict[str, Any], schema: duckdb.DuckDBPyConnection, work: Path
+) -> verdict.InstanceJudge:
+    from pdforensics.spark import run
+
+    def judge(host: str, opts: verdict.VerdictOptions, fleet_vars: dict[str, Any]) -> verdict.Verdict:
+        scoped = _scoped_tables(spark, tables, schema, host, work)
+        con = answer(spark, scoped, schema, {**run.params_of(opts), **fleet_vars, "pdf_instance": host})
+        try:
+            return verdict.verdict_from_relations(con)
+        finally:
+            con.close()
+
+    return judge
 
 
 def spark_verdict(root: Path, opts: verdict.VerdictOptions, spark: Any | None = None) -> verdict.Verdict:
-    """The window's verdict computed on Spark (a local session unless one is given or active)."""
+    """The window's verdict computed on Spark (a local session unless one is given or active), one
+    judgement per prefill instance as on DuckDB (verdict.judged_per_instance)."""
     why = session.spark_available()
     if why:
         raise EngineError(f"--engine spark: {why}")
@@ -152,13 +218,25 @@ def spark_verdict(root: Path, opts: verdict.VerdictOptions, spark: Any | None = 
                 raise EngineError(
                     f"--engine spark: Spark did not start: {str(exc).strip().splitlines()[0]}"
                 ) from None
+    from pdforensics.spark import run
+
+    schema = _schema(root)
+    verdict.apply_options(schema, opts)
     try:
-        con = answer(spark, root, opts)
+        tables = read_parquet_dir(spark, root)
+        con = answer(spark, tables, schema, run.params_of(opts))
         try:
-            return verdict.verdict_from_relations(con)
+            whole = verdict.verdict_from_relations(con)
         finally:
             con.close()
+        hosts = sorted(
+            {h for row in spark.sql("SELECT prefill_hosts FROM context").collect() for h in row[0] or []}
+        )
+        with tempfile.TemporaryDirectory(prefix="pdforensics-spark-") as work:
+            judge = _judge_on_spark(spark, tables, schema, Path(work))
+            return verdict.judged_per_instance(whole, hosts, opts, judge)
     finally:
+        schema.close()
         if own is not None:
             own.stop()
 

@@ -132,30 +132,209 @@ WHERE
 GROUP BY
   x.d_host;
 
-CREATE OR REPLACE TEMPORARY VIEW context__placed AS
-WITH other_prefill AS (
-  /* other prefill hosts, through the decode hosts already placed on the reference clock */
+CREATE OR REPLACE TEMPORARY VIEW context__other_prefill AS
+/* other prefill hosts, through the decode hosts already placed on the reference clock */
+SELECT
+  x.p_host AS host,
+  CAST(BROUND(MEDIAN(d.offset_us - x.recv_diff)) AS BIGINT) AS offset_us,
+  COUNT(*) AS pairs
+FROM context__pairs AS x
+JOIN context__decode_hosts AS d
+  ON d.host = x.d_host
+WHERE
+  NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__ref AS ref
+  )
+  AND NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__decode_hosts AS decode_hosts
+  )
+GROUP BY
+  x.p_host;
+
+CREATE OR REPLACE TEMPORARY VIEW context__prefill_1 AS
+WITH ref_offset AS (
   SELECT
-    x.p_host AS host,
-    CAST(BROUND(MEDIAN(d.offset_us - x.recv_diff)) AS BIGINT) AS offset_us,
-    COUNT(*) AS pairs
-  FROM context__pairs AS x
-  JOIN context__decode_hosts AS d
-    ON d.host = x.d_host
-  WHERE
-    NOT x.p_host IN (
-      SELECT
-        host
-      FROM context__ref AS ref
-    )
-    AND NOT x.p_host IN (
-      SELECT
-        host
-      FROM context__decode_hosts AS decode_hosts
-    )
-  GROUP BY
-    x.p_host
+    host,
+    CAST(0 AS BIGINT) AS offset_us
+  FROM context__ref AS ref
 )
+SELECT
+  host,
+  offset_us
+FROM ref_offset
+UNION ALL
+SELECT
+  host,
+  offset_us
+FROM context__other_prefill AS other_prefill;
+
+CREATE OR REPLACE TEMPORARY VIEW context__decode_2 AS
+WITH done AS (
+  SELECT
+    room,
+    engine,
+    MIN(ts_us) AS done_us
+  FROM context__legs AS legs
+  WHERE
+    event IN ('request_finished', 'req_time_stats')
+  GROUP BY ALL
+), finish_pairs AS (
+  SELECT
+    p.room,
+    d.done_us - p.done_us AS done_diff
+  FROM done AS p
+  JOIN done AS d
+    ON d.room = p.room
+  WHERE
+    p.engine = 'prefill' AND d.engine = 'decode'
+)
+SELECT
+  x.d_host AS host,
+  CAST(BROUND(LEAST(MEDIAN(x.recv_diff + p.offset_us), MIN(f.done_diff + p.offset_us))) AS BIGINT) AS offset_us,
+  COUNT(*) AS pairs
+FROM context__pairs AS x
+JOIN context__prefill_1 AS p
+  ON p.host = x.p_host
+LEFT JOIN finish_pairs AS f
+  ON f.room = x.room
+WHERE
+  x.d_host <> x.p_host
+  AND NOT x.d_host IN (
+    SELECT
+      host
+    FROM context__decode_hosts AS decode_hosts
+  )
+  AND NOT x.d_host IN (
+    SELECT
+      host
+    FROM context__prefill_1 AS prefill_1
+  )
+GROUP BY
+  x.d_host;
+
+CREATE OR REPLACE TEMPORARY VIEW context__prefill_2 AS
+SELECT
+  x.p_host AS host,
+  CAST(BROUND(MEDIAN(d.offset_us - x.recv_diff)) AS BIGINT) AS offset_us,
+  COUNT(*) AS pairs
+FROM context__pairs AS x
+JOIN context__decode_2 AS d
+  ON d.host = x.d_host
+WHERE
+  NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__prefill_1 AS prefill_1
+  )
+  AND NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__decode_hosts AS decode_hosts
+  )
+  AND NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__decode_2 AS decode_2
+  )
+GROUP BY
+  x.p_host;
+
+CREATE OR REPLACE TEMPORARY VIEW context__decode_3 AS
+WITH done AS (
+  SELECT
+    room,
+    engine,
+    MIN(ts_us) AS done_us
+  FROM context__legs AS legs
+  WHERE
+    event IN ('request_finished', 'req_time_stats')
+  GROUP BY ALL
+), finish_pairs AS (
+  SELECT
+    p.room,
+    d.done_us - p.done_us AS done_diff
+  FROM done AS p
+  JOIN done AS d
+    ON d.room = p.room
+  WHERE
+    p.engine = 'prefill' AND d.engine = 'decode'
+)
+SELECT
+  x.d_host AS host,
+  CAST(BROUND(LEAST(MEDIAN(x.recv_diff + p.offset_us), MIN(f.done_diff + p.offset_us))) AS BIGINT) AS offset_us,
+  COUNT(*) AS pairs
+FROM context__pairs AS x
+JOIN context__prefill_2 AS p
+  ON p.host = x.p_host
+LEFT JOIN finish_pairs AS f
+  ON f.room = x.room
+WHERE
+  x.d_host <> x.p_host
+  AND NOT x.d_host IN (
+    SELECT
+      host
+    FROM context__decode_hosts AS decode_hosts
+  )
+  AND NOT x.d_host IN (
+    SELECT
+      host
+    FROM context__decode_2 AS decode_2
+  )
+  AND NOT x.d_host IN (
+    SELECT
+      host
+    FROM context__prefill_1 AS prefill_1
+  )
+  AND NOT x.d_host IN (
+    SELECT
+      host
+    FROM context__prefill_2 AS prefill_2
+  )
+GROUP BY
+  x.d_host;
+
+CREATE OR REPLACE TEMPORARY VIEW context__prefill_3 AS
+SELECT
+  x.p_host AS host,
+  CAST(BROUND(MEDIAN(d.offset_us - x.recv_diff)) AS BIGINT) AS offset_us,
+  COUNT(*) AS pairs
+FROM context__pairs AS x
+JOIN context__decode_3 AS d
+  ON d.host = x.d_host
+WHERE
+  NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__prefill_1 AS prefill_1
+  )
+  AND NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__prefill_2 AS prefill_2
+  )
+  AND NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__decode_hosts AS decode_hosts
+  )
+  AND NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__decode_2 AS decode_2
+  )
+  AND NOT x.p_host IN (
+    SELECT
+      host
+    FROM context__decode_3 AS decode_3
+  )
+GROUP BY
+  x.p_host;
+
+CREATE OR REPLACE TEMPORARY VIEW context__placed AS
 SELECT
   host,
   CAST(0 AS BIGINT) AS offset_us,
@@ -175,7 +354,35 @@ SELECT
   offset_us,
   pairs,
   'receive pairs via decode'
-FROM other_prefill;
+FROM context__other_prefill AS other_prefill
+UNION ALL
+SELECT
+  host,
+  offset_us,
+  pairs,
+  'receive pairs via prefill'
+FROM context__decode_2 AS decode_2
+UNION ALL
+SELECT
+  host,
+  offset_us,
+  pairs,
+  'receive pairs via decode'
+FROM context__prefill_2 AS prefill_2
+UNION ALL
+SELECT
+  host,
+  offset_us,
+  pairs,
+  'receive pairs via prefill'
+FROM context__decode_3 AS decode_3
+UNION ALL
+SELECT
+  host,
+  offset_us,
+  pairs,
+  'receive pairs via decode'
+FROM context__prefill_3 AS prefill_3;
 
 CREATE OR REPLACE TEMPORARY VIEW context__host_lines AS
 /* first/last: the host's lines in the window (with 10 minutes of slack for its offset); the */
@@ -530,6 +737,7 @@ SELECT
     armed.timeout_s,
     w.env_timeout_s,
     fired.timeout_s,
+    w.fleet_timeout_s,
     w.default_timeout_s
   ) AS timeout_s,
   CASE
@@ -541,6 +749,8 @@ SELECT
     THEN 'unit environment'
     WHEN NOT fired.timeout_s IS NULL
     THEN 'firing lines'
+    WHEN NOT w.fleet_timeout_s IS NULL
+    THEN 'fleet: ' || COALESCE(w.fleet_timeout_basis, 'other instances')
     ELSE 'default'
   END AS timeout_source,
   armed.n AS armed_lines,
@@ -2937,9 +3147,44 @@ SELECT
     (
       SELECT
         CASE
-          WHEN SIZE(COLLECT_SET(STRUCT(host AS v))) = 0
+          WHEN SIZE(
+            ARRAY_SORT(
+              COLLECT_SET(STRUCT(host AS v, host AS k0)),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            )
+          ) = 0
           THEN NULL
-          ELSE TRANSFORM(COLLECT_SET(STRUCT(host AS v)), s -> s.v)
+          ELSE TRANSFORM(
+            ARRAY_SORT(
+              COLLECT_SET(STRUCT(host AS v, host AS k0)),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            ),
+            s -> s.v
+          )
         END
       FROM context__seconds AS seconds
       WHERE

@@ -12,5 +12,7 @@ SELECT
   CAST(300.0 AS DOUBLE) AS default_timeout_s,
   CAST(NULL AS DOUBLE) AS context_s,
   CAST(NULL AS DOUBLE) AS env_timeout_s,
-  CAST(NULL AS STRING) AS env_unit;
+  CAST(NULL AS STRING) AS env_unit,
+  CAST(NULL AS DOUBLE) AS fleet_timeout_s,
+  CAST(NULL AS STRING) AS fleet_timeout_basis;
 
