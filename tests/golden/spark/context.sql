@@ -3196,10 +3196,94 @@ SELECT
     (
       SELECT
         CASE
-          WHEN SIZE(COLLECT_LIST(STRUCT(STRUCT(a.line_id AS `line_id`, a.room AS `room`) AS v))) = 0
+          WHEN SIZE(
+            ARRAY_SORT(
+              COLLECT_LIST(
+                STRUCT(STRUCT(a.line_id AS `line_id`, a.room AS `room`) AS v, a.line_id AS k0, a.room AS k1)
+              ),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN CASE
+                  WHEN l.k1 IS NULL AND r.k1 IS NULL
+                  THEN 0
+                  WHEN l.k1 IS NULL
+                  THEN 1
+                  WHEN r.k1 IS NULL
+                  THEN -1
+                  WHEN l.k1 < r.k1
+                  THEN -1
+                  WHEN l.k1 > r.k1
+                  THEN 1
+                  ELSE 0
+                END
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE CASE
+                  WHEN l.k1 IS NULL AND r.k1 IS NULL
+                  THEN 0
+                  WHEN l.k1 IS NULL
+                  THEN 1
+                  WHEN r.k1 IS NULL
+                  THEN -1
+                  WHEN l.k1 < r.k1
+                  THEN -1
+                  WHEN l.k1 > r.k1
+                  THEN 1
+                  ELSE 0
+                END
+              END
+            )
+          ) = 0
           THEN NULL
           ELSE TRANSFORM(
-            COLLECT_LIST(STRUCT(STRUCT(a.line_id AS `line_id`, a.room AS `room`) AS v)),
+            ARRAY_SORT(
+              COLLECT_LIST(
+                STRUCT(STRUCT(a.line_id AS `line_id`, a.room AS `room`) AS v, a.line_id AS k0, a.room AS k1)
+              ),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN CASE
+                  WHEN l.k1 IS NULL AND r.k1 IS NULL
+                  THEN 0
+                  WHEN l.k1 IS NULL
+                  THEN 1
+                  WHEN r.k1 IS NULL
+                  THEN -1
+                  WHEN l.k1 < r.k1
+                  THEN -1
+                  WHEN l.k1 > r.k1
+                  THEN 1
+                  ELSE 0
+                END
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE CASE
+                  WHEN l.k1 IS NULL AND r.k1 IS NULL
+                  THEN 0
+                  WHEN l.k1 IS NULL
+                  THEN 1
+                  WHEN r.k1 IS NULL
+                  THEN -1
+                  WHEN l.k1 < r.k1
+                  THEN -1
+                  WHEN l.k1 > r.k1
+                  THEN 1
+                  ELSE 0
+                END
+              END
+            ),
             s -> s.v
           )
         END
@@ -3210,10 +3294,42 @@ SELECT
   (
     SELECT
       CASE
-        WHEN SIZE(COLLECT_LIST(STRUCT(STRUCT(t.host AS `host`, t.tp_ranks AS `tp_ranks`) AS v))) = 0
+        WHEN SIZE(
+          ARRAY_SORT(
+            COLLECT_LIST(STRUCT(STRUCT(t.host AS `host`, t.tp_ranks AS `tp_ranks`) AS v, t.host AS k0)),
+            (l, r) -> CASE
+              WHEN l.k0 IS NULL AND r.k0 IS NULL
+              THEN 0
+              WHEN l.k0 IS NULL
+              THEN 1
+              WHEN r.k0 IS NULL
+              THEN -1
+              WHEN l.k0 < r.k0
+              THEN -1
+              WHEN l.k0 > r.k0
+              THEN 1
+              ELSE 0
+            END
+          )
+        ) = 0
         THEN NULL
         ELSE TRANSFORM(
-          COLLECT_LIST(STRUCT(STRUCT(t.host AS `host`, t.tp_ranks AS `tp_ranks`) AS v)),
+          ARRAY_SORT(
+            COLLECT_LIST(STRUCT(STRUCT(t.host AS `host`, t.tp_ranks AS `tp_ranks`) AS v, t.host AS k0)),
+            (l, r) -> CASE
+              WHEN l.k0 IS NULL AND r.k0 IS NULL
+              THEN 0
+              WHEN l.k0 IS NULL
+              THEN 1
+              WHEN r.k0 IS NULL
+              THEN -1
+              WHEN l.k0 < r.k0
+              THEN -1
+              WHEN l.k0 > r.k0
+              THEN 1
+              ELSE 0
+            END
+          ),
           s -> s.v
         )
       END
