@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import duckdb
 
 # Folded at ingest over every instance's lines: shadowed empty inside a scope.
-_SUMMARIES = ("rooms", "line_seconds", "event_seconds")
+SUMMARIES = ("rooms", "line_seconds", "event_seconds")
 
 
 def prefill_instances(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -52,7 +52,7 @@ def instance_scope(
                 "SELECT table_name FROM duckdb_tables() WHERE database_name = ? AND NOT temporary", [catalog]
             ).fetchall()
         }
-        for name in _SUMMARIES:
+        for name in SUMMARIES:
             if name in stored:
                 cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM "{catalog}".main."{name}" LIMIT 0')
         cur.execute(

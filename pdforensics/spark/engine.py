@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from pdforensics import verdict
+from pdforensics import fleet, verdict
 from pdforensics.errors import EngineError, SourceError
 from pdforensics.spark import session
 
@@ -138,10 +138,9 @@ def _schema(root: Path) -> duckdb.DuckDBPyConnection:
     return schema
 
 
-# What an instance's scope replaces (pdforensics.fleet): its rows, and the summaries folded over
-# every instance, empty.
+# The views that give an instance its rows (08_instances.sql); the summaries folded over every
+# instance are shadowed empty as pdforensics.fleet does (fleet.SUMMARIES).
 _SCOPE_VIEWS = ("prefill_instances", "instance_requests", "instance_events", "instance_lines")
-_SUMMARIES = ("rooms", "line_seconds", "event_seconds")
 
 
 def _scoped_tables(
@@ -168,7 +167,7 @@ def _scoped_tables(
     scoped["meta"] = _leaf(
         spark, tables["meta"].where("key <> 'folded_upto'"), work / f"{host_dir(host)}-meta"
     )
-    for name in _SUMMARIES:
+    for name in fleet.SUMMARIES:
         if name in tables:
             scoped[name] = spark.createDataFrame([], tables[name].schema)
     return scoped
