@@ -52,6 +52,7 @@ class SourceStats:
     engine_by_name: str | None
     engine_by_lines: str | None
     prefixes: str | None  # the prefix forms seen: "cri=300, rfc3339=2"
+    read_to_us: int | None = None  # the latest time read (its lines' last, or a live journal's reading)
 
 
 @dataclass
@@ -296,8 +297,11 @@ def _ingest(
             n for s in sources if isinstance(s, JournalSource) and (n := s.reading_note())
         ]
         readers = "; ".join([",".join(summary.readers), *summary.reading_notes])  # ingests.readers
+        # a live journal read to its end covers the time up to now, logged in or not
+        reached = {s.label: _now_us() for s in sources if isinstance(s, JournalSource) and s.kind == "local"}
         with suppress(pl.exceptions.PolarsError):  # the stats never cost the run its status
-            _finish_stats(con, summary, context.stats_parts)
+            _finish_stats(con, summary, context.stats_parts, reached if status == "complete" else {},
+                          selection.window.until_us)  # fmt: skip
         try:
             store.finish_ingest(con, ingest_id, status, readers)
         except duckdb.Error:
@@ -531,9 +535,31 @@ def _drop_stored_meanwhile(
 _COUNTS = ["lines", "no_prefix", "no_time", "inherited_time", "time_only", "joined"]
 
 
-def _finish_stats(con: duckdb.DuckDBPyConnection, summary: IngestSummary, parts_: list[pl.DataFrame]) -> None:
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def read_through(stats: pl.DataFrame, reached: dict[str, int], until_us: int | None) -> pl.DataFrame:
+    """stats with read_to_us raised to the time each source in `reached` was read up to (a live
+    journal read to its end: now), never past the window's --until."""
+    if not reached:
+        return stats
+    upto = pl.col("source").replace_strict(reached, default=None, return_dtype=pl.Int64)
+    if until_us is not None:
+        upto = pl.min_horizontal(upto, pl.lit(until_us - 1))
+    return stats.with_columns(pl.max_horizontal("read_to_us", upto).alias("read_to_us"))
+
+
+def _finish_stats(
+    con: duckdb.DuckDBPyConnection,
+    summary: IngestSummary,
+    parts_: list[pl.DataFrame],
+    reached: dict[str, int] | None = None,
+    until_us: int | None = None,
+) -> None:
     """The batches' per-unit stats summed up, stored (store.source_stats) and kept for the summary.
-    A failure to store them (disk full) leaves the run's own error as what the user sees."""
+    `reached`: sources read up to a time their lines may not show (read_through). A failure to
+    store them (disk full) leaves the run's own error as what the user sees."""
     if not parts_:
         return
     parts = pl.concat(parts_)
@@ -552,8 +578,10 @@ def _finish_stats(con: duckdb.DuckDBPyConnection, summary: IngestSummary, parts_
         *[pl.col(c).sum() for c in _COUNTS],
         *[pl.col(c).drop_nulls().first() for c in ("date_from", "zone", "engine_by_name")],
         pl.col("engine_by_lines").drop_nulls().last(),
+        pl.col("read_to_us").max(),
     )
     total = total.join(forms, on=STATS_KEY, how="left", nulls_equal=True).sort(STATS_KEY, nulls_last=True)
+    total = read_through(total, reached or {}, until_us)
     summary.source_stats = [SourceStats(**row) for row in total.iter_rows(named=True)]
     with suppress(duckdb.Error):
         store.save_source_stats(con, summary.ingest_id, total)

@@ -1156,6 +1156,7 @@ STATS_SCHEMA: dict[str, pl.DataType] = {
     "lines": pl.Int64(), "no_prefix": pl.Int64(), "no_time": pl.Int64(), "inherited_time": pl.Int64(),
     "time_only": pl.Int64(), "joined": pl.Int64(), "date_from": pl.String(), "zone": pl.String(),
     "engine_by_name": pl.String(), "engine_by_lines": pl.String(), "prefixes": pl.String(),
+    "read_to_us": pl.Int64(),
 }  # fmt: skip
 
 
@@ -1171,7 +1172,9 @@ def _source_stats(
     no_prefix: first lines of records with no prefix form and no catalog entry (not understood);
     no_time: first lines of records without a time of their own (journal or text); blank lines
     count in neither. Also the zone a zone-less time was read in and why, the engines the name
-    and the lines gave, and the prefix forms seen.
+    and the lines gave, and the prefix forms seen. read_to_us: the latest time the source's lines
+    of that unit reached (the verdict's window never ends before what was read, even when lines
+    are later lost from the database).
     """
     first = pl.col("cont_of").is_null()
     no_prefix = first & ~pl.col("_has_prefix") & pl.col("_prefix").is_null() & pl.col("entry_idx").is_null()
@@ -1187,6 +1190,7 @@ def _source_stats(
     )  # fmt: skip
     stats = df.group_by(STATS_KEY).agg(
         pl.len().alias("lines"),
+        pl.col("ts_us").max().alias("read_to_us"),
         pl.col("_zoned").any().alias("_zoned"),
         pl.col("_by_name").last().alias("engine_by_name"),
         pl.col("_by_lines").last().alias("engine_by_lines"),
@@ -1226,8 +1230,10 @@ def with_counts(per_key: pl.DataFrame, odd: pl.DataFrame) -> pl.DataFrame:
 def kept_stats(parsed: Parsed) -> pl.DataFrame:
     """parsed.stats counting only the lines still in parsed.lines (ingest drops the lines parsed as
     context only, and a plain file's lines outside the window)."""
-    lines = parsed.lines.group_by(STATS_KEY).agg(pl.len().cast(pl.Int64).alias("lines"))
-    texts = parsed.stats.drop("lines", *ODD_FLAGS, "date_from")
+    lines = parsed.lines.group_by(STATS_KEY).agg(
+        pl.len().cast(pl.Int64).alias("lines"), pl.col("ts_us").max().alias("read_to_us")
+    )
+    texts = parsed.stats.drop("lines", "read_to_us", *ODD_FLAGS, "date_from")
     per_key = lines.join(texts, on=STATS_KEY, how="left", nulls_equal=True)
     odd = parsed.odd.join(parsed.lines.select("line_id"), on="line_id", how="semi")
     return with_counts(per_key, odd)

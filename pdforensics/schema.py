@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # What every source yields, one row per journal entry or file line.
 RECORD_SCHEMA: dict[str, pl.DataType] = {

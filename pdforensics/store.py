@@ -92,7 +92,8 @@ META_DDL = [
         zone VARCHAR,           -- zone the zone-less times were read in, and why; NULL: none read so
         engine_by_name VARCHAR, -- engine the unit/file name suggests (NULL: none)
         engine_by_lines VARCHAR,-- engine its lines showed (NULL: no evidence); the lines win
-        prefixes VARCHAR)""",  # prefix forms seen, "cri=300, rfc3339=2"
+        prefixes VARCHAR,       -- prefix forms seen, "cri=300, rfc3339=2"
+        read_to_us BIGINT)""",  # the latest time read: the window never ends before it
 ]
 
 
@@ -320,6 +321,8 @@ MIGRATIONS: dict[int, list[str]] = {
         if name.endswith(("_recvs", "_last_recv_ts", "_last_done_ts"))
     ]
     + fold.rebuild_statements(),
+    # 4: source_stats.read_to_us (older runs keep NULL: their window ends at their lines, as before)
+    3: ["ALTER TABLE source_stats ADD COLUMN IF NOT EXISTS read_to_us BIGINT"],
 }
 
 
@@ -520,7 +523,7 @@ def resume_point(con: duckdb.DuckDBPyConnection, source_key: str, upto: int, con
 
 SOURCE_STATS_COLUMNS = [
     "source", "host", "unit", "lines", "no_prefix", "no_time", "inherited_time", "time_only", "joined",
-    "date_from", "zone", "engine_by_name", "engine_by_lines", "prefixes",
+    "date_from", "zone", "engine_by_name", "engine_by_lines", "prefixes", "read_to_us",
 ]  # fmt: skip
 
 

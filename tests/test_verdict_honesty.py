@@ -106,6 +106,40 @@ def test_hole_suspect_counts_each_request_once(log: Log) -> None:
     assert "overlapping 1 request(s)" in v.reasons[0]
 
 
+def l0_traffic(log: Log, start: float, end: float) -> None:
+    """Default INFO logging: batch lines only (the floor 0), no line names a request."""
+    for t in range(int(start), int(end), 10):
+        log.batch(t, inflight=1)
+        log.add(t + 1, DECODE, "decode_stats", "Decode batch, #running-req: 1", running_req=1)
+
+
+def test_an_l0_prefill_hole_no_later_sample_covers_decides(log: Log) -> None:
+    """At L0 a request that entered the prefill while its lines were suppressed, and stayed, is
+    named by no line: only a later floor shows it. With the prefill's lines gone from the hole to
+    the window end (the decode still batching), nothing rules such a pin out."""
+    l0_traffic(log, 10, 200)
+    suppress(log, at=230)
+    for t in range(230, 400, 10):
+        log.add(t + 1, DECODE, "decode_stats", "Decode batch, #running-req: 1", running_req=1)
+    v = log.verdict()
+    assert v.verdict == "inconclusive", v.reasons
+    assert "journald suppressed 390 messages" in v.reasons[0]
+    assert "no line names the requests" in v.reasons[0]
+    hole = next(h for h in v.holes if h["kind"] == "journald_suppression")
+    assert hole["decisive"] and hole["suspects"] == 0
+
+
+def test_an_l0_prefill_hole_a_later_empty_floor_covers_is_named_only(log: Log) -> None:
+    """The same hole, then the prefill's batches again for more than a timeout + grace with the
+    floor at 0: a pin born in the hole would hold it up, so the hole does not decide."""
+    l0_traffic(log, 10, 200)
+    suppress(log, at=230)
+    l0_traffic(log, 240, 400)
+    v = log.verdict()
+    assert v.verdict == "nothing_stuck", v.reasons
+    assert any("journald suppressed 390 messages" in r and "does not decide" in r for r in v.reasons)
+
+
 # ------------------------------------------------------------------ nothing observed
 
 

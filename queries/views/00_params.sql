@@ -89,15 +89,24 @@ WITH runs AS (
     SELECT ingest_id, since_us, until_us, count(*) OVER () AS n_runs
     FROM ingests WHERE stored > 0 OR since_us IS NOT NULL OR until_us IS NOT NULL
 ),
+-- read_to: the latest time each run read (source_stats.read_to_us): a span of the data never ends
+-- before what was read, even when lines read then are gone from the database since
+read_to AS (
+    SELECT ingest_id, max(read_to_us) AS hi FROM source_stats WHERE read_to_us IS NOT NULL GROUP BY ingest_id
+),
 span AS (
-    SELECT min(ts_us) AS lo, max(ts_us) AS hi FROM lines WHERE ts_us IS NOT NULL
+    SELECT min(ts_us) AS lo, greatest(max(ts_us), (SELECT max(hi) FROM read_to)) AS hi FROM lines WHERE ts_us IS NOT NULL
 ),
 run_lines AS (
     -- only read when there is more than one run to choose from
-    SELECT l.ingest_id, min(l.ts_us) AS lo, max(l.ts_us) AS hi
-    FROM lines AS l
-    WHERE l.ts_us IS NOT NULL AND (SELECT max(n_runs) FROM runs) > 1
-    GROUP BY l.ingest_id
+    SELECT x.ingest_id, x.lo, greatest(x.hi, r.hi) AS hi
+    FROM (
+        SELECT l.ingest_id, min(l.ts_us) AS lo, max(l.ts_us) AS hi
+        FROM lines AS l
+        WHERE l.ts_us IS NOT NULL AND (SELECT max(n_runs) FROM runs) > 1
+        GROUP BY l.ingest_id
+    ) AS x
+    LEFT JOIN read_to AS r USING (ingest_id)
 ),
 run_spans AS (
     SELECT r.ingest_id, coalesce(r.since_us, x.lo) AS lo, coalesce(r.until_us, x.hi) AS hi

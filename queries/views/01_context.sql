@@ -142,14 +142,24 @@ placed AS MATERIALIZED (
 ),
 host_lines AS MATERIALIZED (
     -- first/last: the host's lines in the window (with 10 minutes of slack for its offset); the
-    -- context before it only widens what is read, never where a window of the data starts
-    SELECT coalesce(l.host, '') AS host,
-        coalesce(min(l.ts_us) FILTER (WHERE l.ts_us >= w.start_us - 600000000), min(l.ts_us)) AS first_us,
-        max(l.ts_us) AS last_us,
-        count(*) FILTER (WHERE l.ts_us >= w.start_us - 600000000) AS n_lines
-    FROM lines AS l, w
-    WHERE l.ts_us >= w.start_us - w.ctx_us - 600000000 AND l.ts_us <= w.end_us + 600000000
-    GROUP BY 1
+    -- context before it only widens what is read, never where a window of the data starts. last:
+    -- never before what its sources were read to (source_stats.read_to_us), lines lost since or not
+    SELECT x.host, x.first_us, greatest(x.last_us, r.read_to_us) AS last_us, x.n_lines
+    FROM (
+        SELECT coalesce(l.host, '') AS host,
+            coalesce(min(l.ts_us) FILTER (WHERE l.ts_us >= w.start_us - 600000000), min(l.ts_us)) AS first_us,
+            max(l.ts_us) AS last_us,
+            count(*) FILTER (WHERE l.ts_us >= w.start_us - 600000000) AS n_lines
+        FROM lines AS l, w
+        WHERE l.ts_us >= w.start_us - w.ctx_us - 600000000 AND l.ts_us <= w.end_us + 600000000
+        GROUP BY 1
+    ) AS x
+    LEFT JOIN (
+        SELECT coalesce(st.host, '') AS host, max(st.read_to_us) AS read_to_us
+        FROM source_stats AS st, w
+        WHERE st.read_to_us >= w.start_us - w.ctx_us - 600000000 AND st.read_to_us <= w.end_us
+        GROUP BY 1
+    ) AS r USING (host)
 ),
 offsets AS MATERIALIZED (
     SELECT h.host, coalesce(pl.offset_us, 0) AS offset_us, pl.pairs, coalesce(pl.method, 'assumed') AS method,

@@ -235,6 +235,14 @@ floors AS (
       ON a.open_floor > 0 AND (NOT a.requests_logged OR a.open_floor + a.pinned_floor > a.named_open)
      AND h.to_t >= a.open_since AND (h.engine IS DISTINCT FROM 'prefill' OR h.host = '' OR h.host = a.host)
     GROUP BY h.hole_id
+    UNION
+    -- a hole in an L0 prefill's lines (no line names its requests): a request that entered it in
+    -- the hole and stayed shows only as a floor after it, so nothing but later samples (covered)
+    -- rule out a pin born there; a prefill that is down holds no request, so its downtime is none
+    SELECT h.hole_id
+    FROM holes AS h JOIN anon AS a
+      ON NOT a.requests_logged AND h.kind <> 'engine_down' AND h.engine = 'prefill'
+     AND (h.host = '' OR h.host = a.host)
 ),
 coverage AS MATERIALIZED (
     SELECT
@@ -556,6 +564,8 @@ reasons AS MATERIALIZED (
                 detail, coalesce(engine, '?'), CASE WHEN coalesce(host, '') = '' THEN '' ELSE ' on ' || host END,
                 pdf_ts(from_t), pdf_ts(to_t),
                 CASE WHEN suspects > 0 THEN format('{} request(s) that might be stuck ({})', suspects, array_to_string(suspect_rooms, ', '))
+                     WHEN kind <> 'engine_down' AND engine = 'prefill' AND host IN (SELECT host FROM anon WHERE NOT requests_logged)
+                         THEN 'an inflight floor not yet judged (no line names the requests: one that entered the prefill in it shows only in a later floor)'
                      ELSE 'an inflight floor not yet judged' END,
                 CASE WHEN covered THEN '; later evidence exists, but their ends may be hidden in the hole' ELSE '' END
                     || '; widen --until a timeout + grace past the hole, or read the unit''s own log file for the lost lines')

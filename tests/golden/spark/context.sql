@@ -386,19 +386,38 @@ FROM context__prefill_3 AS prefill_3;
 
 CREATE OR REPLACE TEMPORARY VIEW context__host_lines AS
 /* first/last: the host's lines in the window (with 10 minutes of slack for its offset); the */
-/* context before it only widens what is read, never where a window of the data starts */
+/* context before it only widens what is read, never where a window of the data starts. last: */
+/* never before what its sources were read to (source_stats.read_to_us), lines lost since or not */
 SELECT
-  COALESCE(l.host, '') AS host,
-  COALESCE(MIN(l.ts_us) FILTER(WHERE
-    l.ts_us >= w.start_us - 600000000), MIN(l.ts_us)) AS first_us,
-  MAX(l.ts_us) AS last_us,
-  COUNT(*) FILTER(WHERE
-    l.ts_us >= w.start_us - 600000000) AS n_lines
-FROM lines AS l, context__w AS w
-WHERE
-  l.ts_us >= w.start_us - w.ctx_us - 600000000 AND l.ts_us <= w.end_us + 600000000
-GROUP BY
-  1;
+  x.host,
+  x.first_us,
+  GREATEST(x.last_us, r.read_to_us) AS last_us,
+  x.n_lines
+FROM (
+  SELECT
+    COALESCE(l.host, '') AS host,
+    COALESCE(MIN(l.ts_us) FILTER(WHERE
+      l.ts_us >= w.start_us - 600000000), MIN(l.ts_us)) AS first_us,
+    MAX(l.ts_us) AS last_us,
+    COUNT(*) FILTER(WHERE
+      l.ts_us >= w.start_us - 600000000) AS n_lines
+  FROM lines AS l, context__w AS w
+  WHERE
+    l.ts_us >= w.start_us - w.ctx_us - 600000000 AND l.ts_us <= w.end_us + 600000000
+  GROUP BY
+    1
+) AS x
+LEFT JOIN (
+  SELECT
+    COALESCE(st.host, '') AS host,
+    MAX(st.read_to_us) AS read_to_us
+  FROM source_stats AS st, context__w AS w
+  WHERE
+    st.read_to_us >= w.start_us - w.ctx_us - 600000000 AND st.read_to_us <= w.end_us
+  GROUP BY
+    1
+) AS r
+  USING (host);
 
 CREATE OR REPLACE TEMPORARY VIEW context__offsets AS
 SELECT

@@ -9,28 +9,49 @@ WITH runs AS (
   FROM ingests
   WHERE
     stored > 0 OR NOT since_us IS NULL OR NOT until_us IS NULL
+), read_to /* read_to: the latest time each run read (source_stats.read_to_us): a span of the data never ends */ /* before what was read, even when lines read then are gone from the database since */ AS (
+  SELECT
+    ingest_id,
+    MAX(read_to_us) AS hi
+  FROM source_stats
+  WHERE
+    NOT read_to_us IS NULL
+  GROUP BY
+    ingest_id
 ), span AS (
   SELECT
     MIN(ts_us) AS lo,
-    MAX(ts_us) AS hi
+    GREATEST(MAX(ts_us), (
+      SELECT
+        MAX(hi)
+      FROM read_to
+    )) AS hi
   FROM lines
   WHERE
     NOT ts_us IS NULL
 ), run_lines AS (
   /* only read when there is more than one run to choose from */
   SELECT
-    l.ingest_id,
-    MIN(l.ts_us) AS lo,
-    MAX(l.ts_us) AS hi
-  FROM lines AS l
-  WHERE
-    NOT l.ts_us IS NULL AND (
-      SELECT
-        MAX(n_runs)
-      FROM runs
-    ) > 1
-  GROUP BY
-    l.ingest_id
+    x.ingest_id,
+    x.lo,
+    GREATEST(x.hi, r.hi) AS hi
+  FROM (
+    SELECT
+      l.ingest_id,
+      MIN(l.ts_us) AS lo,
+      MAX(l.ts_us) AS hi
+    FROM lines AS l
+    WHERE
+      NOT l.ts_us IS NULL AND (
+        SELECT
+          MAX(n_runs)
+        FROM runs
+      ) > 1
+    GROUP BY
+      l.ingest_id
+  ) AS x
+  LEFT JOIN read_to AS r
+    USING (ingest_id)
 ), run_spans AS (
   SELECT
     r.ingest_id,

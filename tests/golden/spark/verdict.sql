@@ -623,6 +623,20 @@ WITH suspects /* ---------------------------------------------------------------
     )
   GROUP BY
     h.hole_id
+  UNION
+  /* a hole in an L0 prefill's lines (no line names its requests): a request that entered it in */
+  /* the hole and stayed shows only as a floor after it, so nothing but later samples (covered) */
+  /* rule out a pin born there; a prefill that is down holds no request, so its downtime is none */
+  SELECT
+    h.hole_id
+  FROM verdict__holes AS h
+  JOIN verdict__anon AS a
+    ON NOT a.requests_logged
+    AND h.kind <> 'engine_down'
+    AND h.engine = 'prefill'
+    AND (
+      h.host = '' OR h.host = a.host
+    )
 )
 SELECT
   h.hole_id,
@@ -1549,6 +1563,16 @@ SELECT
           CAST(ARRAY_JOIN(suspect_rooms, ', ') AS STRING),
           ')'
         )
+        WHEN kind <> 'engine_down'
+        AND engine = 'prefill'
+        AND host IN (
+          SELECT
+            host
+          FROM verdict__anon AS anon
+          WHERE
+            NOT requests_logged
+        )
+        THEN 'an inflight floor not yet judged (no line names the requests: one that entered the prefill in it shows only in a later floor)'
         ELSE 'an inflight floor not yet judged'
       END AS STRING),
       ' with no prefill evidence a full timeout after it',
