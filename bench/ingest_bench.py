@@ -673,11 +673,13 @@ def measure_journal(res: Results, size: str, files: list[Path], db: Path) -> Non
     res.add(size, "journal_reingest_s", info2["elapsed_s"], again.load, "s", "journal re-ingest, time")
 
 
-COLLECTION_JOBS = (1, 2)
+# 1: each batch parsed then stored, in turn; 2: the parse of the next batch beside the store (one
+# process); 3: two worker processes (one host's files each) beside the store
+COLLECTION_JOBS = (1, 2, 3)
 
 
 def measure_collection(res: Results, size: str, directory: Path, db: Path) -> None:
-    """One round: `ingest -D` of the collection into a fresh DB with --jobs 1, then --jobs 2."""
+    """One round: `ingest -D` of the collection into a fresh DB with each of COLLECTION_JOBS."""
     stored = {}
     for jobs in COLLECTION_JOBS:
         for f in (db, db.with_name(db.name + ".wal")):
@@ -712,7 +714,9 @@ def measure_collection(res: Results, size: str, directory: Path, db: Path) -> No
             "MB",
             f"collection ingest --jobs {jobs}, peak RSS (main)",
         )
-    assert len(set(stored.values())) == 1, f"--jobs 1 and 2 read/stored/rejected differently: {stored}"
+    assert len(set(stored.values())) == 1, (
+        f"--jobs {COLLECTION_JOBS} read/stored/rejected differently: {stored}"
+    )
 
 
 def measure_verdict(res: Results, size: str, db: Path, report_out: Path) -> None:
@@ -747,6 +751,7 @@ def derive(res: Results, size: str) -> None:
         ("journal_reingest_share", "journal_reingest_s", "journal_ingest_s", "share", "journal re-ingest / first ingest"),
         ("collection_speedup", "collection_j1_s", "collection_j2_s", "x", "collection ingest: --jobs 1 time / --jobs 2 time"),
         ("collection_cpu_ratio", "collection_j2_cpu_s", "collection_j1_cpu_s", "x", "collection ingest: --jobs 2 CPU / --jobs 1 CPU"),
+        ("collection_speedup_3", "collection_j1_s", "collection_j3_s", "x", "collection ingest: --jobs 1 time / --jobs 3 time"),
         # The same comparisons in CPU seconds: what a busy shared machine distorts least.
         ("plain_vs_grep_cpu_x", "plain_cpu_s", "grep_cpu_s", "x", "plain ingest CPU / grep CPU"),
         ("plain_vs_lnav_cpu", "lnav_cpu_s", "plain_cpu_s", "x", "lnav CPU / plain ingest CPU"),
@@ -792,7 +797,8 @@ ROWS = (
     "journal_vs_reader_cpu", "journal_peak_rss_mb", "journal_reingest_share",
     "collection_j1_per_s", "collection_j2_per_s", "collection_j1_s", "collection_j2_s", "collection_speedup",
     "collection_j1_cpu_s", "collection_j2_cpu_s", "collection_cpu_ratio", "collection_j1_peak_rss_mb",
-    "collection_j2_peak_rss_mb", "views_s", "verdict_s",
+    "collection_j2_peak_rss_mb", "collection_j3_s", "collection_j3_cpu_s", "collection_speedup_3",
+    "collection_j3_peak_rss_mb", "views_s", "verdict_s",
     "report_s", "report_peak_rss_mb",
 )  # fmt: skip
 
@@ -995,7 +1001,7 @@ def run(
             if "collection" in formats:
                 db = db_dir / f"collection-{label}.duckdb"
                 attempt(
-                    f"{run_no}: collection --jobs 1, 2",
+                    f"{run_no}: collection --jobs " + ", ".join(map(str, COLLECTION_JOBS)),
                     lambda label=label, db=db: measure_collection(
                         res, label, inputs[label]["collection"][0], db
                     ),

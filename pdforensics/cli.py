@@ -252,8 +252,9 @@ def ingest(
             "--jobs",
             "-j",
             metavar="N",
-            help="Worker processes reading and parsing a --directory's files (one host's files "
-            "each); 1 reads in this process. [default: the number of cores, at most one per host]",
+            help="How many things run at once: 1 reads, parses and stores each batch in turn; 2 "
+            "parses the next batch while this one is stored; 3 or more on a --directory of several "
+            "hosts: N-1 worker processes read and parse its files. [default: the number of cores]",
         ),
     ] = None,
     parquet: Annotated[

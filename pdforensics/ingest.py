@@ -205,10 +205,12 @@ def ingest(
     """Read every source, store what is new, and return the run's accounting.
 
     `date` (YYYY-MM-DD) dates time-only prefixes no other line of their file dates; `prefix_files`
-    add prefix forms to catalog/prefixes.toml. `jobs`: worker processes reading and parsing a
-    journal directory's files (None: one per core, at most one per host; 1: this process, as
-    before; see ingest_jobs; they are spawned, so a script calling this needs the usual
-    `if __name__ == "__main__":` guard). `parquet`: also write the data there (parquet_store)."""
+    add prefix forms to catalog/prefixes.toml. `jobs`: how many things run at once (None: one per
+    core). 1: each batch read, parsed and stored in turn, DuckDB on one thread; 2: the parse of the
+    next batch overlaps the store of this one; 3 or more, on a journal directory of several hosts:
+    jobs - 1 worker processes read and parse its files while this one stores (see ingest_jobs; they
+    are spawned, so a script calling this needs the usual `if __name__ == "__main__":` guard).
+    `parquet`: also write the data there (parquet_store)."""
     opts = ParseOptions(catalog=catalog, tz=tz, prefixes=load_prefixes(prefix_files), date=date)
     own = con is None
     con = con or store.open_db(db)
@@ -277,7 +279,7 @@ def _ingest(
     try:
         if mirror is not None:
             mirror.begin(con, ingest_id)
-        with store.bulk_load(con, INGEST_MEMORY_LIMIT):
+        with store.bulk_load(con, INGEST_MEMORY_LIMIT, threads=1 if run.jobs == 1 else None):
             if collection is not None:
                 commit = partial(_commit, con, ingest_id, summary=summary, context=context, remap={},
                                  progress=progress, mirror=mirror)  # fmt: skip
@@ -288,7 +290,7 @@ def _ingest(
                 batches = _batches(sources, selection, batch_size)
                 _pipeline(
                     con, ingest_id, batches, selection.window, opts, carry, next_id, summary, context,
-                    progress, mirror,
+                    progress, mirror, overlap=run.jobs != 1,
                 )  # fmt: skip
         status = "complete"
     finally:
@@ -358,14 +360,16 @@ def _pipeline(
     context: _Context,
     progress: Callable[[int], None] | None,
     mirror: ParquetMirror | None = None,
+    overlap: bool = True,
 ) -> None:
     """Parse batch N+1 on a worker thread while batch N is stored (both cores busy).
 
     Sources read ahead on their own thread too. DuckDB's insert of one batch runs on one core and
     polars releases the GIL, so the parse of the next batch costs no wall time while it fits in the
-    store's. Batches are stored in order, one transaction each, on this thread."""
+    store's. Batches are stored in order, one transaction each, on this thread. `overlap` False
+    (`--jobs 1`): each batch is parsed, then stored, on this thread (one job at a time)."""
     reader = con.cursor()  # its own connection: sees the committed batches, not the one being written
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdforensics-parse")
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdforensics-parse") if overlap else None
     first_id = [next_id]  # only the worker reads and advances it: batches parse in order
 
     def ids(n: int) -> int:
@@ -387,6 +391,10 @@ def _pipeline(
             _commit(con, ingest_id, done.result(), summary, context, remap, progress, mirror)
 
     try:
+        if pool is None:
+            for batch in batches:
+                _commit(con, ingest_id, prepare(batch), summary, context, remap, progress, mirror)
+            return
         for batch in _keeping(batches, _flush):
             ahead = pool.submit(prepare, batch)
             if pending is not None:
@@ -398,7 +406,8 @@ def _pipeline(
     finally:
         if pending is not None:
             pending.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         reader.close()
 
 

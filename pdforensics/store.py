@@ -11,7 +11,7 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 
 import duckdb
@@ -435,13 +435,18 @@ def query_pl(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = Non
 
 
 @contextmanager
-def bulk_load(con: duckdb.DuckDBPyConnection, limit: str) -> Iterator[None]:
-    """Settings for an ingest: `memory_limit`, and no insertion-order bookkeeping.
+def bulk_load(con: duckdb.DuckDBPyConnection, limit: str, threads: int | None = None) -> Iterator[None]:
+    """Settings for an ingest: `memory_limit`, no insertion-order bookkeeping, and `threads` (None:
+    DuckDB's own choice, one per core).
 
     store_batch hands DuckDB each table as one Arrow chunk, which one thread scans in order, so the
     rows still land in line_id order; DuckDB's order-preserving insert machinery costs ~25 % of the
     insert CPU (measured on a 500k-line batch of the benchmark's input) and buys nothing here."""
-    with setting(con, "memory_limit", f"'{limit}'"), setting(con, "preserve_insertion_order", "false"):
+    with (
+        setting(con, "memory_limit", f"'{limit}'"),
+        setting(con, "preserve_insertion_order", "false"),
+        setting(con, "threads", str(threads)) if threads else nullcontext(),
+    ):
         yield
 
 

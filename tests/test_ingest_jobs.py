@@ -12,6 +12,7 @@ import os
 import signal
 import struct
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.skipif(not JOURNAL_REMOTE.exists(), reason="systemd-jou
 
 SCENARIOS = ["abort_storm_clean", "wedge_after_decode_restart", "multihost_skew"]
 SMALL = 64  # records per batch: a fixture's few hundred entries span many transactions
+WORKERS = 3  # --jobs 3: two worker processes beside the store (2 is the single-process pipeline)
 
 
 # ------------------------------------------------------------------ collections
@@ -156,7 +158,9 @@ def test_files_are_grouped_per_host_rotated_ones_included(collections: dict[str,
     rotated = next(t for t in tasks if len(t) == 2)
     assert {p.name.split("@")[0].removesuffix(".journal") for p in rotated} == {"remote-gb200-a"}
     sources = build_sources([d], None, None, None)
-    assert collection_plan(sources, 1) is None, "--jobs 1 reads in this process, as before"
+    assert collection_plan(sources, 1) is None, "--jobs 1 reads in this process, one job at a time"
+    assert collection_plan(sources, 2) is None, "--jobs 2: the parse thread beside the store, no process"
+    assert collection_plan(sources, WORKERS).jobs == 2, "--jobs N: N - 1 workers"  # type: ignore[union-attr]
     assert collection_plan(sources, 8).jobs == 2, "never more workers than hosts"  # type: ignore[union-attr]
     single = d.parent / "single"
     single.mkdir()
@@ -180,7 +184,7 @@ def test_files_of_one_seqnum_id_share_a_task_whatever_their_names(
     assert len(shared) == 1 and "remote-d-node-01.journal" in shared[0], tasks
     assert len(tasks) == 2, "still one task per host"
     one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
-    s1, s2 = run(one, d, 1), run(two, d, 2)
+    s1, s2 = run(one, d, 1), run(two, d, WORKERS)
     assert s1.duplicates > 0 and (s2.stored, s2.duplicates) == (s1.stored, s1.duplicates)
     assert_same(one, two)
 
@@ -189,12 +193,12 @@ def test_files_of_one_seqnum_id_share_a_task_whatever_their_names(
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_jobs_1_and_2_store_the_same_lines_events_and_verdict(
+def test_one_job_and_worker_processes_store_the_same_lines_events_and_verdict(
     scenario: str, collections: dict[str, Path], tmp_path: Path
 ) -> None:
     one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
     s1 = run(one, collections[scenario], 1)
-    s2 = run(two, collections[scenario], 2)
+    s2 = run(two, collections[scenario], WORKERS)
     assert s1.stored > 0 and s1.rejected == 0
     for key in ("records", "stored", "duplicates", "skipped", "rejected", "unrecognised", "parse_errors"):
         assert getattr(s2, key) == getattr(s1, key), key
@@ -218,7 +222,7 @@ def test_since_and_unit_selection_are_the_same_with_workers(
     con.close()
     selection = Selection(window=Window(since_us=(lo + hi) // 2), units=("sglang-*-decode*",))
     s1 = run(tmp_path / "one.duckdb", d, 1, selection)
-    s2 = run(tmp_path / "two.duckdb", d, 2, selection)
+    s2 = run(tmp_path / "two.duckdb", d, WORKERS, selection)
     assert 0 < s1.stored < full.stored and s1.skipped > 0, "the selection must leave some out"
     assert (s2.stored, s2.skipped) == (s1.stored, s1.skipped)
     assert_same(tmp_path / "one.duckdb", tmp_path / "two.duckdb")
@@ -228,8 +232,8 @@ def test_reingest_of_an_unchanged_collection_stores_nothing_and_reads_little(
     collections: dict[str, Path], tmp_path: Path
 ) -> None:
     db = tmp_path / "db.duckdb"
-    first = run(db, collections["abort_storm_clean"], 2)
-    again = run(db, collections["abort_storm_clean"], 2)
+    first = run(db, collections["abort_storm_clean"], WORKERS)
+    again = run(db, collections["abort_storm_clean"], WORKERS)
     assert again.stored == 0 and again.rejected == 0
     assert again.records == first.records == again.duplicates, "every entry counted as already stored"
     con = duckdb.connect(str(db), read_only=True)
@@ -260,7 +264,7 @@ def test_an_ingest_stopped_half_way_resumes_each_host_where_it_stopped(
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run(db, d, 2, progress=stop_at_three)
+        run(db, d, WORKERS, progress=stop_at_three)
     con = duckdb.connect(str(db), read_only=True)
     kept = con.execute("SELECT count(*) FROM lines").fetchone()[0]  # type: ignore[index]
     marks = con.execute("SELECT key FROM meta WHERE starts_with(key, ?)", [JOURNAL_MARK]).fetchall()
@@ -270,7 +274,7 @@ def test_an_ingest_stopped_half_way_resumes_each_host_where_it_stopped(
     assert 0 < kept < content(clean)[0].height, "whole batches were kept"
     assert len(marks) == hosts, "each host that stored a batch has its own resume mark"
     assert status == [("interrupted",)]
-    resumed = run(db, d, 2)
+    resumed = run(db, d, WORKERS)
     assert resumed.stored == content(clean)[0].height - kept, "only what the stopped run had not stored"
     assert_same(clean, db)
 
@@ -283,7 +287,7 @@ def test_a_worker_killed_mid_file_loses_and_duplicates_nothing(
     run(clean, d, 1)
     monkeypatch.setenv(_DIE_AFTER_ENV, "2")  # every worker SIGKILLs itself after its 2nd batch
     db = tmp_path / "killed.duckdb"
-    summary = run(db, d, 2)
+    summary = run(db, d, WORKERS)
     assert summary.rejected == 0, "each task was read again, from its mark, by a new worker"
     assert_same(clean, db)
 
@@ -297,10 +301,10 @@ def test_main_process_killed_at_a_batch_boundary_then_resumed(
     clean = tmp_path / "clean.duckdb"
     run(clean, d, 1)
     db = tmp_path / "killed.duckdb"
-    args = ["ingest", "--db", str(db), "-D", str(d), "--jobs", "2", "--unit", "*", "--quiet"]
+    args = ["ingest", "--db", str(db), "-D", str(d), "--jobs", str(WORKERS), "--unit", "*", "--quiet"]
     child = kill_at_boundary(args, 1)
     assert child.returncode == -signal.SIGKILL
-    run(db, d, 2)
+    run(db, d, WORKERS)
     assert_same(clean, db)
 
 
@@ -316,12 +320,26 @@ def test_an_unreadable_file_is_a_counted_rejection_the_other_hosts_are_stored(
         os.symlink(f, d / f.name)
     (d / "remote-broken.journal").write_bytes(b"LPKSHHRH" + b"\xff" * 300)  # a journal magic, then junk
     one, two = tmp_path / "one.duckdb", tmp_path / "two.duckdb"
-    s1, s2 = run(one, d, 1), run(two, d, 2)
+    s1, s2 = run(one, d, 1), run(two, d, WORKERS)
     assert s2.stored == s1.stored > 0
     for db in (one, two):
         rejects = content(db)[2]
         assert rejects["position"].str.contains("remote-broken").any(), rejects
     assert content(one)[0].equals(content(two)[0])
+
+
+def test_one_job_parses_and_stores_in_turn_two_overlap(collections: dict[str, Path], tmp_path: Path) -> None:
+    """--jobs 1: no parse thread (each batch parsed, then stored, on one thread); --jobs 2: the
+    next batch is parsed on its own thread while this one is stored. Both store the same."""
+    seen: dict[int, set[str]] = {1: set(), 2: set()}
+    for jobs in (1, 2):
+
+        def threads_at_commit(_n: int, jobs: int = jobs) -> None:  # called as each batch is stored
+            seen[jobs].update(t.name.split("_")[0] for t in threading.enumerate())
+
+        run(tmp_path / f"{jobs}.duckdb", collections["multihost_skew"], jobs, progress=threads_at_commit)
+    assert "pdforensics-parse" not in seen[1] and "pdforensics-parse" in seen[2], seen
+    assert_same(tmp_path / "1.duckdb", tmp_path / "2.duckdb")
 
 
 def test_cli_jobs_option(collections: dict[str, Path], tmp_path: Path) -> None:
@@ -331,7 +349,7 @@ def test_cli_jobs_option(collections: dict[str, Path], tmp_path: Path) -> None:
     db = tmp_path / "db.duckdb"
     bad = cli("ingest", "--db", str(db), "-D", str(d), "--jobs", "0")
     assert bad.returncode != 0 and "--jobs must be at least 1" in bad.stderr and "Traceback" not in bad.stderr
-    ok = cli("ingest", "--db", str(db), "-D", str(d), "--jobs", "2", "--unit", "*", "-q")
+    ok = cli("ingest", "--db", str(db), "-D", str(d), "--jobs", str(WORKERS), "--unit", "*", "-q")
     assert ok.returncode == 0, ok.stderr
     run(tmp_path / "one.duckdb", d, 1)
     assert_same(tmp_path / "one.duckdb", db)
