@@ -38,7 +38,9 @@ def instance_scope(
     (its window, its materialised views) are untouched; set the views' options on the one yielded.
     `ensure_views` makes the views available on it (temporary views are per connection too).
     """
-    catalog = con.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+    from pdforensics.verdict import data_catalog  # verdict imports this module
+
+    catalog = data_catalog(con)
     cur = con.cursor()
     try:
         ensure_views(cur)

@@ -73,13 +73,14 @@ def view_files() -> list[Any]:
 _VIEW_NAME = re.compile(r"CREATE\s+OR\s+REPLACE\s+(?:TEMP\s+)?VIEW\s+(\w+)", re.IGNORECASE)
 
 
-def install_views(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> None:
+def install_views(con: duckdb.DuckDBPyConnection, temporary: bool = False, record: bool = True) -> None:
     """Create (or replace) every classification view, in file-name order.
 
     DuckDB binds a new view against everything it references, recursively, so installing a deep
     stack of views one by one costs more with each layer. While installing, each new view is
     shadowed by an empty temporary table of its columns: the next views bind against that
     instead. The shadows are dropped at the end; the stored views are untouched by them.
+    `record`: note their digest in `meta` (not where `meta` is read-only: the overlay).
     """
     row = con.execute("SELECT current_database()").fetchall()
     catalog = row[0][0] if row else "main"
@@ -106,7 +107,7 @@ def install_views(con: duckdb.DuckDBPyConnection, temporary: bool = False) -> No
     finally:
         for view in reversed(shadows):
             con.execute(f'DROP TABLE IF EXISTS temp.main."{view}"')
-    if not temporary:
+    if not temporary and record:
         con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [VIEWS_KEY, views_digest()])
 
 
@@ -120,16 +121,59 @@ def views_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+# A database whose views another pdforensics installed, opened read-only, gets this version's in an
+# in-memory catalog put first on the connection's search path (the tables stay the file's). Not as
+# temporary views: `materialised` shadows views with temporary tables of the same name, and a
+# temporary view cannot be shadowed so (every reader of `context` recomputed it: ~35x slower at 1M).
+OVERLAY = "pdf_views"
+
+
 def ensure_views(con: duckdb.DuckDBPyConnection) -> None:
     """Make the views available: installed ones when they are this version's, else (re)installed,
-    else temporary ones for this session (a database whose views another pdforensics installed,
-    opened read-only)."""
-    if _has_relation(con, "verdict") and _installed_digest(con) == views_digest():
+    else this version's in the overlay catalog (read-only database, other views; see OVERLAY)."""
+    if _current_catalog(con) == OVERLAY or (
+        _has_relation(con, "verdict") and _installed_digest(con) == views_digest()
+    ):
         return
     try:
         install_views(con)
     except DatabaseError:
-        install_views(con, temporary=True)
+        _use_overlay(con)
+
+
+def _use_overlay(con: duckdb.DuckDBPyConnection) -> None:
+    """The overlay catalog as this connection's default, the database's tables behind it; its views
+    installed once per database (the cursors of a connection share its catalogs)."""
+    data = _current_catalog(con)
+    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {OVERLAY} (READ_WRITE)")
+    con.execute(f"USE {OVERLAY}")
+    path = f"{OVERLAY}.main,{_quoted(data)}.main"
+    con.execute("SET search_path = '" + path.replace("'", "''") + "'")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {OVERLAY}.main.overlay (digest VARCHAR, data VARCHAR)")
+    if con.execute(
+        f"SELECT count(*) FROM {OVERLAY}.main.overlay WHERE digest = ?", [views_digest()]
+    ).fetchone() != (1,):
+        install_views(con, record=False)
+        con.execute(f"DELETE FROM {OVERLAY}.main.overlay")
+        con.execute(f"INSERT INTO {OVERLAY}.main.overlay VALUES (?, ?)", [views_digest(), data])
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _current_catalog(con: duckdb.DuckDBPyConnection) -> str:
+    row = con.execute("SELECT current_database()").fetchone()
+    return row[0] if row else "main"
+
+
+def data_catalog(con: duckdb.DuckDBPyConnection) -> str:
+    """The catalog holding the database's tables (not the overlay's, when it is in use)."""
+    current = _current_catalog(con)
+    if current != OVERLAY:
+        return current
+    row = con.execute(f"SELECT max(data) FROM {OVERLAY}.main.overlay").fetchone()
+    return row[0] if row and row[0] else current
 
 
 def _installed_digest(con: duckdb.DuckDBPyConnection) -> str | None:

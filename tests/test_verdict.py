@@ -6,9 +6,11 @@ expected class and flags for every request; the real logs must give sensible req
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from pdforensics import store, verdict
@@ -195,6 +197,47 @@ def test_nested_materialised_reuses_tables_and_follows_options(ingested) -> None
             # the caller's tables follow the session's options, which the inner call changed
             assert con.execute("SELECT timeout_s FROM verdict").fetchone() == (300,)
         assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone() == (0,)
+    finally:
+        con.close()
+
+
+def test_a_read_only_database_with_another_versions_views_gets_this_versions_fast(
+    ingested, tmp_path: Path
+) -> None:
+    """A database another pdforensics wrote (its stored views differ), opened read-only: this
+    version's views answer, from the overlay catalog, and `materialised` still shadows the heavy
+    ones with tables (as temporary views they could not be: every reader recomputed them)."""
+    fresh = ingested("wedge_after_decode_restart", "json")
+    con = store.open_db(fresh, read_only=True)
+    try:
+        want = verdict.compute_verdict(con, verdict.VerdictOptions()).to_json()
+    finally:
+        con.close()
+    old = tmp_path / "old.duckdb"
+    shutil.copy(fresh, old)
+    con = duckdb.connect(str(old))
+    con.execute("CREATE OR REPLACE VIEW context AS SELECT 'another version' AS x")  # would break the stack
+    con.execute("UPDATE meta SET value = 'other' WHERE key = ?", [verdict.VIEWS_KEY])
+    con.close()
+    con = store.open_db(old, read_only=True)
+    try:
+        assert verdict.compute_verdict(con, verdict.VerdictOptions()).to_json() == want
+        verdict.apply_options(con, verdict.VerdictOptions())
+        with verdict.materialised(con):
+            tables = {
+                r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
+            }
+            assert {"context", "inflight_gauge", "requests", "verdict"} <= tables, tables
+        assert con.execute("SELECT count(*) FROM lines").fetchone()[0] > 0, "the tables are the file's"
+        assert verdict.data_catalog(con) == "old"
+        cur = con.cursor()  # a cursor (a fleet instance's) finds the same views
+        verdict.ensure_views(cur)
+        assert cur.execute("SELECT verdict FROM verdict").fetchone() == (want["verdict"],)
+    finally:
+        con.close()
+    con = duckdb.connect(str(old), read_only=True)
+    try:  # the file is untouched
+        assert con.execute("SELECT x FROM context").fetchone() == ("another version",)
     finally:
         con.close()
 
