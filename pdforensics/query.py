@@ -131,7 +131,7 @@ def apply_options(con: duckdb.DuckDBPyConnection, opts: VerdictOptions | None) -
 
 
 def ensure_views(con: duckdb.DuckDBPyConnection) -> None:
-    """Databases written before the views existed get them as temporary views for this session."""
+    """The views, installed (or, read-only with another version's, in the overlay: verdict.ensure_views)."""
     from pdforensics import verdict
 
     verdict.ensure_views(con)
