@@ -152,11 +152,22 @@ def test_export_chunk_boundaries_never_change_the_result(tmp_path: Path, chunk: 
     assert read(ExportFileSource(path, chunk_bytes=chunk)).records.equals(whole.records)
 
 
+def holds_no_entry_start(m: str | bytes) -> bool:
+    """The reader takes an entry start inside a binary field's claimed bytes as proof that its length
+    lies (a damaged file); a message holding one is rejected with that reason instead (below)."""
+    data = m.encode() if isinstance(m, str) else m
+    return not any(p in data for p in (b"\n\n__CURSOR=", b"\n\n__REALTIME_TIMESTAMP="))
+
+
 @settings(
     max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    messages=st.lists(st.one_of(st.text(max_size=40), st.binary(max_size=40)), min_size=1, max_size=8),
+    messages=st.lists(
+        st.one_of(st.text(max_size=40), st.binary(max_size=40)).filter(holds_no_entry_start),
+        min_size=1,
+        max_size=8,
+    ),
     chunk=st.integers(min_value=1, max_value=300),
 )
 def test_export_round_trips_any_message(tmp_path: Path, messages: list[str | bytes], chunk: int) -> None:
@@ -172,6 +183,21 @@ def test_export_round_trips_any_message(tmp_path: Path, messages: list[str | byt
     expected = [m.decode("utf-8", "replace") if isinstance(m, bytes) else m for m in messages]
     assert got.records["message"].to_list() == expected
     assert got.rejects.height == 0
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 300])
+def test_a_binary_message_holding_an_entry_start_is_a_counted_rejection(tmp_path: Path, chunk: int) -> None:
+    """Hypothesis found it (it mines the code's own byte strings): a message that quotes an export
+    entry start looks exactly like a binary field whose length lies. The reader sides with damage,
+    which fails loudly (a rejection with its reason), over believing the length, which on a damaged
+    file would swallow the entries after it unseen; the entries around it are read."""
+    path = tmp_path / "quoted.export"
+    path.write_bytes(
+        entry(T0, "before") + entry(T0 + 1, b"\n\n__REALTIME_TIMESTAMP=") + entry(T0 + 2, "after")
+    )
+    got = read(ExportFileSource(path, chunk_bytes=chunk))
+    assert got.records["message"].to_list() == ["before", "after"]
+    assert got.rejects["reason"].str.contains("an entry starts inside them").any(), got.rejects
 
 
 def test_export_many_chunk_sizes(tmp_path: Path) -> None:
