@@ -82,8 +82,7 @@ def install_views(con: duckdb.DuckDBPyConnection, temporary: bool = False, recor
     instead. The shadows are dropped at the end; the stored views are untouched by them.
     `record`: note their digest in `meta` (not where `meta` is read-only: the overlay).
     """
-    row = con.execute("SELECT current_database()").fetchall()
-    catalog = row[0][0] if row else "main"
+    catalog = _current_catalog(con)
     shadows: list[str] = []
     try:
         for path in view_files():
@@ -126,6 +125,8 @@ def views_digest() -> str:
 # temporary views: `materialised` shadows views with temporary tables of the same name, and a
 # temporary view cannot be shadowed so (every reader of `context` recomputed it: ~35x slower at 1M).
 OVERLAY = "pdf_views"
+_OVERLAY_SCHEMA = f"{OVERLAY}.pdforensics"  # its bookkeeping: not among the relations a user sees (`main`)
+_INSTALLED = f"{_OVERLAY_SCHEMA}.installed"  # the digest of the views there, and the data catalog
 
 
 def ensure_views(con: duckdb.DuckDBPyConnection) -> None:
@@ -149,13 +150,13 @@ def _use_overlay(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"USE {OVERLAY}")
     path = f"{OVERLAY}.main,{_quoted(data)}.main"
     con.execute("SET search_path = '" + path.replace("'", "''") + "'")
-    con.execute(f"CREATE TABLE IF NOT EXISTS {OVERLAY}.main.overlay (digest VARCHAR, data VARCHAR)")
-    if con.execute(
-        f"SELECT count(*) FROM {OVERLAY}.main.overlay WHERE digest = ?", [views_digest()]
-    ).fetchone() != (1,):
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {_OVERLAY_SCHEMA}")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {_INSTALLED} (digest VARCHAR, data VARCHAR)")
+    installed = con.execute(f"SELECT max(digest) FROM {_INSTALLED}").fetchone()
+    if not installed or installed[0] != views_digest():
         install_views(con, record=False)
-        con.execute(f"DELETE FROM {OVERLAY}.main.overlay")
-        con.execute(f"INSERT INTO {OVERLAY}.main.overlay VALUES (?, ?)", [views_digest(), data])
+        con.execute(f"DELETE FROM {_INSTALLED}")
+        con.execute(f"INSERT INTO {_INSTALLED} VALUES (?, ?)", [views_digest(), data])
 
 
 def _quoted(name: str) -> str:
@@ -172,7 +173,7 @@ def data_catalog(con: duckdb.DuckDBPyConnection) -> str:
     current = _current_catalog(con)
     if current != OVERLAY:
         return current
-    row = con.execute(f"SELECT max(data) FROM {OVERLAY}.main.overlay").fetchone()
+    row = con.execute(f"SELECT max(data) FROM {_INSTALLED}").fetchone()
     return row[0] if row and row[0] else current
 
 
@@ -218,8 +219,7 @@ def materialised(con: duckdb.DuckDBPyConnection, views: tuple[str, ...] = _MATER
     whose session variables have changed too). `views`: which of them to shadow (in
     `_MATERIALISE` order); the verdict alone needs no table of `requests` (see `_VERDICT_VIEWS`).
     """
-    row = con.execute("SELECT current_database()").fetchone()
-    catalog = row[0] if row else "main"
+    catalog = _current_catalog(con)
     views_of = "SELECT view_name FROM duckdb_views() WHERE database_name = ? AND NOT internal"
     installed = {r[0] for r in con.execute(views_of, [catalog]).fetchall()}
     # temporary views (ensure_views) win over the installed ones and are used as they are

@@ -13,8 +13,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from pdforensics import store, verdict
+from pdforensics import report, store, verdict
 from pdforensics.catalog import load_catalog
+from pdforensics.exporters.common import relations
 from pdforensics.ingest import ingest
 from pdforensics.paths import fixtures_dir
 from pdforensics.sources import Selection, Window
@@ -230,6 +231,10 @@ def test_a_read_only_database_with_another_versions_views_gets_this_versions_fas
             assert {"context", "inflight_gauge", "requests", "verdict"} <= tables, tables
         assert con.execute("SELECT count(*) FROM lines").fetchone()[0] > 0, "the tables are the file's"
         assert verdict.data_catalog(con) == "old"
+        assert report._meta(con, (0, 1), False)["db"] == "old.duckdb", "the report names the file"
+        assert "installed" not in {name for name, _ in relations(con)}, (
+            "the overlay's bookkeeping is not data"
+        )
         cur = con.cursor()  # a cursor (a fleet instance's) finds the same views
         verdict.ensure_views(cur)
         assert cur.execute("SELECT verdict FROM verdict").fetchone() == (want["verdict"],)

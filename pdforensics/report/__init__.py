@@ -228,9 +228,10 @@ def _iso(t_us: int) -> str:
 
 def _meta(con: duckdb.DuckDBPyConnection, window: tuple[int, int], show_prompts: bool) -> dict[str, Any]:
     from pdforensics import __version__
+    from pdforensics import verdict as vd
 
-    row = con.execute(
-        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()"
+    row = con.execute(  # the file's, also when the views come from the overlay (vd.ensure_views)
+        "SELECT path FROM duckdb_databases() WHERE database_name = ?", [vd.data_catalog(con)]
     ).fetchone()
     span = (window[1] - window[0]) / 1e6
     return {
