@@ -563,8 +563,8 @@ def _finish_stats(
     con: duckdb.DuckDBPyConnection,
     summary: IngestSummary,
     parts_: list[pl.DataFrame],
-    reached: dict[str, int] | None = None,
-    until_us: int | None = None,
+    reached: dict[str, int],
+    until_us: int | None,
 ) -> None:
     """The batches' per-unit stats summed up, stored (store.source_stats) and kept for the summary.
     `reached`: sources read up to a time their lines may not show (read_through). A failure to
@@ -590,7 +590,7 @@ def _finish_stats(
         pl.col("read_to_us").max(),
     )
     total = total.join(forms, on=STATS_KEY, how="left", nulls_equal=True).sort(STATS_KEY, nulls_last=True)
-    total = read_through(total, reached or {}, until_us)
+    total = read_through(total, reached, until_us)
     summary.source_stats = [SourceStats(**row) for row in total.iter_rows(named=True)]
     with suppress(duckdb.Error):
         store.save_source_stats(con, summary.ingest_id, total)
