@@ -454,6 +454,18 @@ SELECT
   named_open
 FROM verdict__anon_x AS anon_x;
 
+CREATE OR REPLACE TEMPORARY VIEW verdict__l0_prefill_holes AS
+SELECT DISTINCT
+  h.hole_id
+FROM verdict__holes AS h
+JOIN verdict__anon AS a
+  ON NOT a.requests_logged
+  AND h.kind <> 'engine_down'
+  AND h.engine = 'prefill'
+  AND (
+    h.host = '' OR h.host = a.host
+  );
+
 CREATE OR REPLACE TEMPORARY VIEW verdict__coverage AS
 WITH suspects /* ------------------------------------------------------------------------------ coverage */ /* A hole decides (makes the verdict inconclusive) when it overlaps a request that might be stuck */ /* (or an L0 floor not yet judged) and no prefill evidence covers a full timeout+grace after it; */ /* or when a request's end may be hidden in it. A window shorter than the timeout always decides. */ AS (
   SELECT
@@ -624,19 +636,9 @@ WITH suspects /* ---------------------------------------------------------------
   GROUP BY
     h.hole_id
   UNION
-  /* a hole in an L0 prefill's lines (no line names its requests): a request that entered it in */
-  /* the hole and stayed shows only as a floor after it, so nothing but later samples (covered) */
-  /* rule out a pin born there; a prefill that is down holds no request, so its downtime is none */
   SELECT
-    h.hole_id
-  FROM verdict__holes AS h
-  JOIN verdict__anon AS a
-    ON NOT a.requests_logged
-    AND h.kind <> 'engine_down'
-    AND h.engine = 'prefill'
-    AND (
-      h.host = '' OR h.host = a.host
-    )
+    hole_id
+  FROM verdict__l0_prefill_holes AS l0_prefill_holes
 )
 SELECT
   h.hole_id,
@@ -1563,14 +1565,10 @@ SELECT
           CAST(ARRAY_JOIN(suspect_rooms, ', ') AS STRING),
           ')'
         )
-        WHEN kind <> 'engine_down'
-        AND engine = 'prefill'
-        AND host IN (
+        WHEN hole_id IN (
           SELECT
-            host
-          FROM verdict__anon AS anon
-          WHERE
-            NOT requests_logged
+            hole_id
+          FROM verdict__l0_prefill_holes AS l0_prefill_holes
         )
         THEN 'an inflight floor not yet judged (no line names the requests: one that entered the prefill in it shows only in a later floor)'
         ELSE 'an inflight floor not yet judged'
