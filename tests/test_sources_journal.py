@@ -450,3 +450,23 @@ def test_directory_with_an_unreadable_journal(shared_dir: Path) -> None:
 
 def test_privilege_detection_for_nobody() -> None:
     assert as_unprivileged(lambda: str(journal_mod.privileged())) == "False"
+
+
+# -- the source label every stored line carries ------------------------------------------------------
+
+
+def test_a_few_files_are_named_more_are_counted(make_journal, tmp_path: Path) -> None:
+    """Every stored line carries its source's label: for a rotated collection named file by file
+    (54 files of journal-remote), the comma-joined paths made it ~7 KB a line."""
+    first = make_journal(EXPORT)
+    files = []
+    for i in range(5):
+        (tmp_path / f"rot{i}").mkdir()
+        files.append(shutil.copy(first, tmp_path / f"rot{i}" / f"system@{i}.journal"))
+    files = [Path(f) for f in files]
+    few = JournalSource(kind="files", paths=files[:3])
+    assert few.label == "journal:" + ",".join(str(f.resolve()) for f in files[:3])
+    many = JournalSource(kind="files", paths=files)
+    assert many.label == f"journal:5 files in {tmp_path.resolve()}"
+    sources = set(read(many).records["source"].unique())
+    assert sources == {many.label}
