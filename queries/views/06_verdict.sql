@@ -227,15 +227,6 @@ hit AS (
         count(DISTINCT bootstrap_room) FILTER (WHERE bootstrap_room IN (SELECT bootstrap_room FROM rq WHERE prefill_status = 'hidden')) AS n_hidden
     FROM hole_rooms GROUP BY hole_id
 ),
--- a hole in an L0 prefill's lines (no line names its requests): a request that entered it in the
--- hole and stayed shows only as a floor after it, so nothing but later samples (covered) rule out
--- a pin born there; a prefill that is down holds no request, so its downtime is none
-l0_prefill_holes AS MATERIALIZED (
-    SELECT DISTINCT h.hole_id
-    FROM holes AS h JOIN anon AS a
-      ON NOT a.requests_logged AND h.kind <> 'engine_down' AND h.engine = 'prefill'
-     AND (h.host = '' OR h.host = a.host)
-),
 floors AS (
     -- a hole after a non-zero floor began that the requests the lines name do not account for:
     -- the floor may have drained, or stayed, in it
@@ -245,7 +236,13 @@ floors AS (
      AND h.to_t >= a.open_since AND (h.engine IS DISTINCT FROM 'prefill' OR h.host = '' OR h.host = a.host)
     GROUP BY h.hole_id
     UNION
-    SELECT hole_id FROM l0_prefill_holes
+    -- a hole in an L0 prefill's lines (no line names its requests): a request that entered it in
+    -- the hole and stayed shows only as a floor after it, so nothing but later samples (covered)
+    -- rule out a pin born there; a prefill that is down holds no request, so its downtime is none
+    SELECT h.hole_id
+    FROM holes AS h JOIN anon AS a
+      ON NOT a.requests_logged AND h.kind <> 'engine_down' AND h.engine = 'prefill'
+     AND (h.host = '' OR h.host = a.host)
 ),
 coverage AS MATERIALIZED (
     SELECT
@@ -567,7 +564,7 @@ reasons AS MATERIALIZED (
                 detail, coalesce(engine, '?'), CASE WHEN coalesce(host, '') = '' THEN '' ELSE ' on ' || host END,
                 pdf_ts(from_t), pdf_ts(to_t),
                 CASE WHEN suspects > 0 THEN format('{} request(s) that might be stuck ({})', suspects, array_to_string(suspect_rooms, ', '))
-                     WHEN hole_id IN (SELECT hole_id FROM l0_prefill_holes)
+                     WHEN kind <> 'engine_down' AND engine = 'prefill' AND host IN (SELECT host FROM anon WHERE NOT requests_logged)
                          THEN 'an inflight floor not yet judged (no line names the requests: one that entered the prefill in it shows only in a later floor)'
                      ELSE 'an inflight floor not yet judged' END,
                 CASE WHEN covered THEN '; later evidence exists, but their ends may be hidden in the hole' ELSE '' END

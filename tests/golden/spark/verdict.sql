@@ -454,18 +454,6 @@ SELECT
   named_open
 FROM verdict__anon_x AS anon_x;
 
-CREATE OR REPLACE TEMPORARY VIEW verdict__l0_prefill_holes AS
-SELECT DISTINCT
-  h.hole_id
-FROM verdict__holes AS h
-JOIN verdict__anon AS a
-  ON NOT a.requests_logged
-  AND h.kind <> 'engine_down'
-  AND h.engine = 'prefill'
-  AND (
-    h.host = '' OR h.host = a.host
-  );
-
 CREATE OR REPLACE TEMPORARY VIEW verdict__coverage AS
 WITH suspects /* ------------------------------------------------------------------------------ coverage */ /* A hole decides (makes the verdict inconclusive) when it overlaps a request that might be stuck */ /* (or an L0 floor not yet judged) and no prefill evidence covers a full timeout+grace after it; */ /* or when a request's end may be hidden in it. A window shorter than the timeout always decides. */ AS (
   SELECT
@@ -636,9 +624,19 @@ WITH suspects /* ---------------------------------------------------------------
   GROUP BY
     h.hole_id
   UNION
+  /* a hole in an L0 prefill's lines (no line names its requests): a request that entered it in */
+  /* the hole and stayed shows only as a floor after it, so nothing but later samples (covered) */
+  /* rule out a pin born there; a prefill that is down holds no request, so its downtime is none */
   SELECT
-    hole_id
-  FROM verdict__l0_prefill_holes AS l0_prefill_holes
+    h.hole_id
+  FROM verdict__holes AS h
+  JOIN verdict__anon AS a
+    ON NOT a.requests_logged
+    AND h.kind <> 'engine_down'
+    AND h.engine = 'prefill'
+    AND (
+      h.host = '' OR h.host = a.host
+    )
 )
 SELECT
   h.hole_id,
@@ -1565,10 +1563,14 @@ SELECT
           CAST(ARRAY_JOIN(suspect_rooms, ', ') AS STRING),
           ')'
         )
-        WHEN hole_id IN (
+        WHEN kind <> 'engine_down'
+        AND engine = 'prefill'
+        AND host IN (
           SELECT
-            hole_id
-          FROM verdict__l0_prefill_holes AS l0_prefill_holes
+            host
+          FROM verdict__anon AS anon
+          WHERE
+            NOT requests_logged
         )
         THEN 'an inflight floor not yet judged (no line names the requests: one that entered the prefill in it shows only in a later floor)'
         ELSE 'an inflight floor not yet judged'
