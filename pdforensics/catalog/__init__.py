@@ -83,7 +83,11 @@ def _check_regex(pattern: str, where: str) -> None:
     try:
         re.compile(pattern)
     except re.error as exc:
-        raise UsageError(f"{where}: bad regex {pattern!r}: {str(exc).splitlines()[0]}") from None
+        raise _bad_regex(where, pattern, exc) from None
+
+
+def _bad_regex(where: str, pattern: str, exc: Exception) -> UsageError:
+    return UsageError(f"{where}: bad regex {pattern!r}: {str(exc).splitlines()[0]}")
 
 
 def _check_polars_regexes(entries: list[Entry]) -> None:
@@ -100,14 +104,18 @@ def _check_polars_regexes(entries: list[Entry]) -> None:
         try:
             pl.Series(["x"]).str.contains(pat)
         except pl.exceptions.PolarsError as exc:
-            where = f"{e.origin}: entry {e.name!r}"
-            raise UsageError(f"{where}: bad regex {pat!r}: {str(exc).splitlines()[0]}") from None
+            raise _bad_regex(_entry_where(e.origin, e.name), pat, exc) from None
+
+
+def _entry_where(origin: str, name: object) -> str:
+    """How a message names an entry: its file and its name."""
+    return f"{origin}: entry {name!r}"
 
 
 def _entry_from_toml(raw: Any, origin: str) -> Entry:
     if not isinstance(raw, dict):
         raise UsageError(f"{origin}: each [[entry]] must be a table, not {_toml_type(raw)}")
-    where = f"{origin}: entry {raw.get('name', '?')!r}"
+    where = _entry_where(origin, raw.get("name", "?"))
     for key in ("name", "event", "pattern"):
         if not isinstance(raw.get(key), str) or not raw[key]:
             raise UsageError(f"{where}: missing or empty '{key}'")
