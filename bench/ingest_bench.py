@@ -19,8 +19,13 @@ machine hits every tool alike):
   (`lnav -n -c ';SELECT count(*) FROM all_logs'`, its line count checked against the files'), a
   polars one-liner and a DuckDB one-liner (`read_csv` of the lines as one column + two extractions,
   the DuckDB one into a table of a fresh database file), and `grep -cE PATTERN`;
+* plain, each stage alone: reading the files, reading and parsing them (nothing stored), and
+  storing the rows the ingest stored into a fresh file: their CPU over the cores is this design's
+  floor, printed beside lnav;
 * journal: ingest of the `.journal` files, the re-ingest, `journalctl --file ... -o json` and
-  `-o export` into /dev/null, and a python-systemd `Reader` loop over every entry.
+  `-o export` into /dev/null, and a python-systemd `Reader` loop over every entry;
+* mixed: a journal where the incident's units are 1 entry in MIXED_SHARE among other units' (a
+  busy node), ingested with `--unit 'sglang*'`, beside `journalctl -u 'sglang*' -o export`.
 
 Every measured command runs in its own process: its wall time, CPU time (user + system, its
 children included) and peak RSS come from `wait4`; ingest and one-liner figures are the call itself
@@ -44,11 +49,12 @@ import re
 import resource
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -249,6 +255,86 @@ def make_journal(work: Path, lines: int) -> list[Path]:
     return sorted(d.glob("*.journal"))  # journal-remote may rotate into several files
 
 
+# The mixed journal: the incident's sglang units are 1 entry in MIXED_SHARE, the rest other units of
+# a busy host (their lines interleaved by time), as on a real node's journal.
+MIXED_SHARE = 20
+MIXED_UNITS = ("sglang*",)
+_NOISE_UNITS = ("sshd.service", "kubelet.service", "containerd.service", "cron.service", "docker.service")
+
+
+def _export_entries(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(realtime, raw entry with its blank line) of a Journal Export Format stream: text fields
+    `NAME=value`, binary ones `NAME`, a le64 size and the bytes (which may hold blank lines)."""
+    pos, start, realtime = 0, 0, 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        nl = len(data) if nl < 0 else nl
+        line = data[pos:nl]
+        if not line:
+            if pos > start:
+                yield realtime, data[start : nl + 1]
+            pos = start = nl + 1
+            continue
+        if b"=" in line:
+            if line.startswith(b"__REALTIME_TIMESTAMP="):
+                realtime = int(line.partition(b"=")[2])
+            pos = nl + 1
+        else:
+            (size,) = struct.unpack_from("<Q", data, nl + 1)
+            pos = nl + 9 + size + 1
+    if pos > start < len(data):
+        yield realtime, data[start:] + b"\n"
+
+
+def _noise_entry(i: int, realtime: int) -> bytes:
+    unit = _NOISE_UNITS[i % len(_NOISE_UNITS)]
+    fields = {
+        "__REALTIME_TIMESTAMP": str(realtime), "__MONOTONIC_TIMESTAMP": str(realtime - NOW_US + 10**12),
+        "_BOOT_ID": "0123456789abcdef0123456789abcdef", "_MACHINE_ID": "fedcba9876543210fedcba9876543210",
+        "_HOSTNAME": "dsv4-node-01", "_TRANSPORT": "stdout", "PRIORITY": "6", "SYSLOG_IDENTIFIER": unit.split(".")[0],
+        "_UID": "0", "_GID": "0", "_COMM": unit.split(".")[0], "_SYSTEMD_CGROUP": f"/system.slice/{unit}",
+        "_SYSTEMD_UNIT": unit, "_SYSTEMD_SLICE": "system.slice", "_PID": str(2000 + i % 5),
+        "MESSAGE": f"{unit.split('.')[0]}[{2000 + i % 5}]: request {i} handled in {i % 97} ms "
+        f"(peer 10.0.{i % 250}.{i % 13}:{40000 + i % 20000}, status ok)",
+    }  # fmt: skip
+    return ("\n".join(f"{k}={v}" for k, v in fields.items()) + "\n\n").encode()
+
+
+def make_mixed(work: Path, lines: int) -> list[Path]:
+    """About `lines` entries: the incident scaled to lines / MIXED_SHARE, the other units' entries
+    spread over its time span between them, through systemd-journal-remote."""
+    from pdforensics.simulate import simulate
+
+    d = work / f"mixed-{size_label(lines)}"
+    if not _done(d):
+        shutil.rmtree(d, ignore_errors=True)
+        scale = _scale(work, lines) / MIXED_SHARE
+        simulate(SCENARIO, d, now_us=NOW_US, seed=SEED, scale=scale, formats=("export",))
+        export = d / "journal.export"
+        sglang = list(_export_entries(export.read_bytes()))
+        export.unlink()
+        first, last = sglang[0][0], sglang[-1][0]
+        n_noise = len(sglang) * (MIXED_SHARE - 1)
+        step = max((last - first) / max(n_noise, 1), 1e-3)
+        proc = subprocess.Popen([str(JOURNAL_REMOTE), "-o", str(d / "mixed.journal"), "-"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+        assert proc.stdin is not None
+        k = 0
+        for realtime, raw in sglang:
+            while k < n_noise and first + int(k * step) <= realtime:
+                proc.stdin.write(_noise_entry(k, first + int(k * step)))
+                k += 1
+            proc.stdin.write(raw)
+        while k < n_noise:
+            proc.stdin.write(_noise_entry(k, first + int(k * step)))
+            k += 1
+        proc.stdin.close()
+        if proc.wait() != 0:
+            raise RuntimeError(f"systemd-journal-remote failed: {proc.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
+        (d / "DONE").touch()
+    return sorted(d.glob("*.journal"))
+
+
 def make_collection(journal: list[Path], out: Path) -> Path:
     """A journal-remote collection from the journal input, which stays read-only: one sender's
     files per unit (`journalctl -o export _SYSTEMD_UNIT=U` -> `systemd-journal-remote -o
@@ -286,7 +372,7 @@ def _child_main(args: list[str]) -> None:
     """Work done in a measured subprocess; prints one JSON object."""
     what = args[0]
     if what == "make":
-        make = make_plain if args[1] == "plain" else make_journal
+        make = {"plain": make_plain, "journal": make_journal, "mixed": make_mixed}[args[1]]
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON only
             made = make(Path(args[3]), int(args[2]))
         print(json.dumps([str(p) for p in made]))
@@ -296,6 +382,8 @@ def _child_main(args: list[str]) -> None:
         _child_ingest(args[1], Path(args[2]), [Path(p) for p in args[3:]])
     elif what == "collection":
         _child_collection(int(args[1]), Path(args[2]), Path(args[3]))
+    elif what == "stages":
+        _child_stages(Path(args[1]), Path(args[2]), [Path(p) for p in args[3:]])
     elif what == "reader":
         _child_reader([Path(p) for p in args[1:]])
     elif what == "polars":
@@ -320,11 +408,12 @@ def _child_ingest(kind: str, db: Path, files: list[Path]) -> None:
 
     catalog = load_catalog()
     sources: list[Source] = (
-        [JournalSource("files", files)] if kind == "journal" else [PlainFileSource(p) for p in files]
+        [PlainFileSource(p) for p in files] if kind == "plain" else [JournalSource("files", files)]
     )
     startup = time.perf_counter() - t0
     cpu = cpu_now()
-    s = ingest(db, sources, Selection(units=("*",)), catalog, views=False)
+    units = MIXED_UNITS if kind == "mixed" else ("*",)
+    s = ingest(db, sources, Selection(units=units), catalog, views=False)
     cpu = cpu_now() - cpu
     print(
         json.dumps(
@@ -335,10 +424,70 @@ def _child_ingest(kind: str, db: Path, files: list[Path]) -> None:
                 "elapsed_s": s.elapsed_s,
                 "cpu_s": cpu,
                 "startup_s": startup,
+                "skipped": s.skipped,
                 "readers": s.readers,
             }
         )
     )
+
+
+def _child_stages(stored: Path, fresh: Path, files: list[Path]) -> None:
+    """The plain ingest's stages each alone, in CPU seconds: reading the files, reading + parsing
+    them (no store), and storing the rows an ingest stored (`stored`, read back batch by batch,
+    unmeasured) into a fresh database file (`fresh`) with the ingest's own `store_batch`. Their
+    sum over the cores is the fastest this design could ingest the files on this machine."""
+    import polars as pl
+
+    from pdforensics import store
+    from pdforensics.catalog import load_catalog
+    from pdforensics.ingest import BATCH_SIZE, INGEST_MEMORY_LIMIT, _batches
+    from pdforensics.parse import ParseOptions, StreamCarry, parse_records
+    from pdforensics.schema import EVENT_COLUMNS, LINE_COLUMNS, empty_rejects
+    from pdforensics.sources import Selection
+    from pdforensics.sources.plain import PlainFileSource
+
+    selection = Selection(units=("*",))
+    opts = ParseOptions(catalog=load_catalog())
+
+    def batches() -> Any:
+        return _batches([PlainFileSource(p) for p in files], selection, BATCH_SIZE)
+
+    cpu = cpu_now()
+    read = sum(b.records.height for b in batches())
+    read_cpu = cpu_now() - cpu
+    cpu, carry, parsed = cpu_now(), StreamCarry(), 0
+    for batch in batches():
+        parsed += parse_records(batch.records, opts, line_id_base=parsed, carry=carry).lines.height
+    parse_cpu = cpu_now() - cpu
+    source = store.open_db(stored, read_only=True)
+    con = store.open_db(fresh)
+    stored_rows, store_cpu = 0, 0.0
+    lines_cols = ", ".join(c for c in LINE_COLUMNS if c != "ingest_id")
+    try:
+        ingest_id = store.begin_ingest(con, "bench", "stages", "*", None, None)
+        (last,) = source.execute("SELECT coalesce(max(line_id), -1) FROM lines").fetchone() or (-1,)
+        with store.bulk_load(con, INGEST_MEMORY_LIMIT, threads=1):
+            for first in range(0, last + 1, BATCH_SIZE):
+                span = [first, first + BATCH_SIZE - 1]
+                where = "WHERE line_id BETWEEN ? AND ? ORDER BY line_id"
+                lines = store.query_pl(source, f"SELECT {lines_cols} FROM lines {where}", span)
+                events = store.query_pl(
+                    source, f"SELECT {', '.join(EVENT_COLUMNS)} FROM events {where}", span
+                )
+                events = events.with_columns(pl.col("extra").cast(pl.String))
+                cpu = cpu_now()
+                store.store_batch(con, ingest_id, lines, events, empty_rejects(), {"stored": lines.height})
+                store_cpu += cpu_now() - cpu
+                stored_rows += lines.height
+    finally:
+        source.close()
+        con.close()
+    print(
+        json.dumps(
+            {"read": read, "parsed": parsed, "stored": stored_rows, "read_cpu_s": read_cpu,
+             "parse_cpu_s": parse_cpu, "store_cpu_s": store_cpu}
+        )
+    )  # fmt: skip
 
 
 def _child_collection(jobs: int, db: Path, directory: Path) -> None:
@@ -550,6 +699,7 @@ def measure_plain(res: Results, size: str, files: list[Path], db: Path) -> None:
         "plain ingest process, CPU time (start-up included)",
     )
     measure_lnav(res, size, files, db.parent / "lnav-home")
+    measure_stages(res, size, files, db)
     for tool in ("polars", "duckdb"):
         measure_one_liner(res, size, tool, files, db.with_name(f"one-liner-{size}.duckdb"))
     grep = spawn(["grep", "-chE", GREP_PATTERN, *map(str, files)])
@@ -561,6 +711,36 @@ def measure_plain(res: Results, size: str, files: list[Path], db: Path) -> None:
     info2 = json.loads(again.out)
     assert info2["stored"] == 0, "re-ingest of an unchanged window stored lines"
     res.add(size, "plain_reingest_s", info2["elapsed_s"], again.load, "s", "plain re-ingest, time")
+
+
+def measure_stages(res: Results, size: str, files: list[Path], db: Path) -> None:
+    """The plain ingest's stages alone (read, read + parse, store of what `db` holds), checked to
+    cover every line; the floor is their CPU spread over every core, as if they overlapped perfectly."""
+    fresh = db.with_name(f"stages-{size}.duckdb")
+    for f in (fresh, fresh.with_name(fresh.name + ".wal")):
+        f.unlink(missing_ok=True)
+    proc = spawn(child("stages", str(db), str(fresh), *map(str, files)))
+    fresh.unlink(missing_ok=True)
+    info = json.loads(proc.out)
+    lines = res.inputs[size]["plain_lines"]
+    if not info["read"] == info["parsed"] == info["stored"] == lines:
+        raise RuntimeError(f"the stages saw {info} of the files' {lines:,} lines")
+    cores = os.cpu_count() or 1
+    for stage, label in (
+        ("read", "stage alone: read the files, CPU"),
+        ("parse", "stage alone: read + parse (no store), CPU"),
+        ("store", "stage alone: store the parsed rows (DuckDB), CPU"),
+    ):
+        res.add(size, f"plain_{stage}_cpu_s", info[f"{stage}_cpu_s"], proc.load, "s", label)
+    floor = (info["parse_cpu_s"] + info["store_cpu_s"]) / cores
+    res.add(
+        size,
+        "plain_floor_s",
+        floor,
+        proc.load,
+        "s",
+        f"plain ingest floor: (parse + store CPU) / {cores} cores",
+    )
 
 
 def lnav_version() -> str | None:
@@ -673,6 +853,49 @@ def measure_journal(res: Results, size: str, files: list[Path], db: Path) -> Non
     res.add(size, "journal_reingest_s", info2["elapsed_s"], again.load, "s", "journal re-ingest, time")
 
 
+def measure_mixed(res: Results, size: str, files: list[Path], db: Path) -> None:
+    """The mixed journal (sglang a small share) ingested with `--unit sglang*`, beside `journalctl -u`
+    with the same glob on the same files: what selecting a few units out of a busy host costs."""
+    for f in (db, db.with_name(db.name + ".wal")):
+        f.unlink(missing_ok=True)
+    ing = spawn(child("ingest", "mixed", str(db), *map(str, files)))
+    info = json.loads(ing.out)
+    n = info["records"] + info["skipped"]  # every entry of the files: read, or skipped as another unit's
+    res.inputs[size].update(mixed_entries=n, mixed_selected=info["stored"])
+    res.add(
+        size,
+        "mixed_ingest_s",
+        info["elapsed_s"],
+        ing.load,
+        "s",
+        "mixed journal ingest --unit 'sglang*', time",
+    )
+    res.add(
+        size,
+        "mixed_entries_per_s",
+        n / info["elapsed_s"],
+        ing.load,
+        "entries/s",
+        "mixed journal ingest --unit 'sglang*'",
+    )
+    res.add(size, "mixed_cpu_s", info["cpu_s"], ing.load, "s", "mixed journal ingest, CPU time")
+    jc = spawn(
+        ["journalctl", "--no-pager", *(f"--file={p}" for p in files), "-u", MIXED_UNITS[0], "-o", "export"],
+        capture=False,
+    )
+    res.add(size, "journalctl_u_s", jc.wall_s, jc.load, "s", "journalctl -u 'sglang*' -o export, time")
+    res.add(
+        size,
+        "journalctl_u_per_s",
+        n / jc.wall_s,
+        jc.load,
+        "entries/s",
+        "journalctl -u 'sglang*' -o export > /dev/null",
+    )
+    res.add(size, "journalctl_u_cpu_s", jc.cpu_s, jc.load, "s", "journalctl -u 'sglang*' -o export, CPU time")
+    db.unlink(missing_ok=True)
+
+
 # 1: each batch parsed then stored, in turn; 2: the parse of the next batch beside the store (one
 # process); 3: two worker processes (one host's files each) beside the store
 COLLECTION_JOBS = (1, 2, 3)
@@ -740,6 +963,9 @@ def derive(res: Results, size: str) -> None:
     m = res.median
     ratios = (
         ("plain_vs_lnav", "plain_lines_per_s", "lnav_lines_per_s", "x", "plain ingest speed / lnav"),
+        ("plain_floor_vs_lnav", "lnav_s", "plain_floor_s", "x", "plain ingest floor speed / lnav"),
+        ("plain_parse_vs_lnav_cpu", "plain_parse_cpu_s", "lnav_cpu_s", "x", "read + parse alone CPU / lnav CPU"),
+        ("plain_store_vs_lnav_cpu", "plain_store_cpu_s", "lnav_cpu_s", "x", "store alone CPU / lnav CPU"),
         ("plain_vs_polars", "plain_lines_per_s", "polars_lines_per_s", "x", "plain ingest speed / polars one-liner"),
         ("plain_vs_duckdb", "plain_lines_per_s", "duckdb_lines_per_s", "x", "plain ingest speed / DuckDB one-liner"),
         ("plain_vs_grep", "plain_lines_per_s", "grep_lines_per_s", "x", "plain ingest speed / grep -cE"),
@@ -749,6 +975,7 @@ def derive(res: Results, size: str) -> None:
         ("journal_vs_journalctl_export", "journal_entries_per_s", "journalctl_export_per_s", "x", "journal ingest speed / journalctl -o export"),
         ("journal_vs_reader", "journal_entries_per_s", "reader_per_s", "x", "journal ingest speed / python-systemd Reader"),
         ("journal_reingest_share", "journal_reingest_s", "journal_ingest_s", "share", "journal re-ingest / first ingest"),
+        ("mixed_vs_journalctl_u", "mixed_entries_per_s", "journalctl_u_per_s", "x", "mixed journal ingest speed / journalctl -u"),
         ("collection_speedup", "collection_j1_s", "collection_j2_s", "x", "collection ingest: --jobs 1 time / --jobs 2 time"),
         ("collection_cpu_ratio", "collection_j2_cpu_s", "collection_j1_cpu_s", "x", "collection ingest: --jobs 2 CPU / --jobs 1 CPU"),
         ("collection_speedup_3", "collection_j1_s", "collection_j3_s", "x", "collection ingest: --jobs 1 time / --jobs 3 time"),
@@ -788,13 +1015,15 @@ ROWS = (
     "duckdb_lines_per_s", "plain_vs_duckdb", "grep_lines_per_s", "plain_vs_grep", "plain_vs_grep_x",
     "plain_cpu_s", "plain_process_cpu_s", "plain_lines_per_cpu_s", "lnav_cpu_s", "plain_vs_lnav_cpu",
     "polars_cpu_s", "plain_vs_polars_cpu", "duckdb_cpu_s", "plain_vs_duckdb_cpu", "grep_cpu_s",
-    "plain_vs_grep_cpu_x", "plain_peak_rss_mb", "lnav_peak_rss_mb", "polars_peak_rss_mb",
+    "plain_vs_grep_cpu_x", "plain_read_cpu_s", "plain_parse_cpu_s", "plain_store_cpu_s",
+    "plain_parse_vs_lnav_cpu", "plain_store_vs_lnav_cpu", "plain_floor_s", "plain_floor_vs_lnav", "plain_peak_rss_mb", "lnav_peak_rss_mb", "polars_peak_rss_mb",
     "duckdb_peak_rss_mb", "plain_reingest_share",
     "journal_entries_per_s", "journalctl_json_per_s", "journalctl_export_per_s", "reader_per_s",
     "journal_vs_journalctl_json", "journal_vs_journalctl_export", "journal_vs_reader", "journal_cpu_s",
     "journal_process_cpu_s",
     "journal_entries_per_cpu_s", "journalctl_export_cpu_s", "reader_cpu_s", "journal_vs_journalctl_export_cpu",
     "journal_vs_reader_cpu", "journal_peak_rss_mb", "journal_reingest_share",
+    "mixed_entries_per_s", "journalctl_u_per_s", "mixed_vs_journalctl_u", "mixed_cpu_s", "journalctl_u_cpu_s",
     "collection_j1_per_s", "collection_j2_per_s", "collection_j1_s", "collection_j2_s", "collection_speedup",
     "collection_j1_cpu_s", "collection_j2_cpu_s", "collection_cpu_ratio", "collection_j1_peak_rss_mb",
     "collection_j2_peak_rss_mb", "collection_j3_s", "collection_j3_cpu_s", "collection_speedup_3",
@@ -836,6 +1065,7 @@ def table(res: Results, sizes: list[str]) -> str:
     for size_key, what in (
         ("plain_lines", "plain lines (bytes)"), ("journal_entries", "journal entries"),
         ("collection_entries", "collection entries"), ("collection_files", "collection files"),
+        ("mixed_entries", "mixed journal entries"), ("mixed_selected", "mixed journal: sglang entries"),
     ):  # fmt: skip
         cells = []
         for s in sizes:
@@ -977,6 +1207,9 @@ def run(
         if "journal" in formats or "collection" in formats:
             inputs[label]["journal"] = [Path(p) for p in in_child("make", "journal", str(n), str(work))]
             res.inputs.setdefault(label, {})
+        if "mixed" in formats:
+            inputs[label]["mixed"] = [Path(p) for p in in_child("make", "mixed", str(n), str(work))]
+            res.inputs.setdefault(label, {})
         if "collection" in formats:  # made in db_dir: --dir stays read-only
             inputs[label]["collection"] = [
                 make_collection(inputs[label]["journal"], db_dir / f"collection-{label}")
@@ -997,6 +1230,12 @@ def run(
                 attempt(
                     f"{run_no}: journal",
                     lambda label=label, db=db: measure_journal(res, label, inputs[label]["journal"], db),
+                )
+            if "mixed" in formats:
+                db = db_dir / f"mixed-{label}.duckdb"
+                attempt(
+                    f"{run_no}: mixed journal",
+                    lambda label=label, db=db: measure_mixed(res, label, inputs[label]["mixed"], db),
                 )
             if "collection" in formats:
                 db = db_dir / f"collection-{label}.duckdb"
@@ -1044,7 +1283,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results")
     ap.add_argument(
         "--only",
-        choices=("plain", "journal", "collection"),
+        choices=("plain", "journal", "mixed", "collection"),
         help="one input format only (collection: the journal split per unit into a journal-remote "
         "directory, ingested with --jobs 1 and --jobs 2)",
     )
@@ -1060,12 +1299,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs takes one number or one per size")
     order = sorted(range(len(sizes)), key=sizes.__getitem__)
     sizes, runs = [sizes[i] for i in order], [runs[i] for i in order]
-    formats = (args.only,) if args.only else ("plain", "journal", "collection")
+    formats = (args.only,) if args.only else ("plain", "journal", "mixed", "collection")
     uncached = [n for n in sizes if not _done(args.dir / f"journal-{size_label(n)}")]
     if (
-        {"journal", "collection"} & set(formats)
+        {"journal", "mixed", "collection"} & set(formats)
         and not JOURNAL_REMOTE.exists()
-        and (uncached or "collection" in formats)
+        and (uncached or {"mixed", "collection"} & set(formats))
     ):
         print(f"{JOURNAL_REMOTE} is missing (Debian: systemd-journal-remote)", file=sys.stderr)
         return 2

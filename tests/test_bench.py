@@ -37,9 +37,13 @@ FIGURES = {
     "plain_vs_duckdb", "plain_vs_duckdb_cpu",
     "collection_j1_s", "collection_j2_s", "collection_j1_cpu_s", "collection_j2_cpu_s", "collection_j1_per_s",
     "collection_j2_per_s", "collection_speedup", "collection_cpu_ratio",
+    "plain_read_cpu_s", "plain_parse_cpu_s", "plain_store_cpu_s", "plain_floor_s",
+    "mixed_ingest_s", "mixed_entries_per_s", "mixed_cpu_s", "journalctl_u_s", "journalctl_u_per_s",
+    "journalctl_u_cpu_s", "mixed_vs_journalctl_u",
 }  # fmt: skip
 LNAV_FIGURES = {
     "lnav_s", "lnav_cpu_s", "lnav_lines_per_s", "lnav_peak_rss_mb", "plain_vs_lnav", "plain_vs_lnav_cpu",
+    "plain_floor_vs_lnav", "plain_parse_vs_lnav_cpu", "plain_store_vs_lnav_cpu",
 }  # fmt: skip
 
 
@@ -56,6 +60,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     inputs, dbs, out = tmp / "inputs", tmp / "dbs", tmp / "bench.json"
     plain = bench.make_plain(inputs, 3_000)
     bench.make_journal(inputs, 3_000)
+    bench.make_mixed(inputs, 3_000)
     before = _snapshot(inputs)
     cmd = [
         sys.executable,
@@ -97,6 +102,8 @@ def test_quick_mode_writes_every_figure(quick: dict[str, Any]) -> None:
     assert inputs["journal_entries"] > 2000 and inputs["grep_matches"] > 0
     assert inputs["requests"] > 0 and inputs["verdict"]
     assert inputs["collection_entries"] == inputs["journal_entries"] and inputs["collection_files"] >= 2
+    # the mixed journal: the incident's units a small share of other units' entries, all read
+    assert 0 < inputs["mixed_selected"] * (bench.MIXED_SHARE - 2) < inputs["mixed_entries"]
     # wait4's CPU of the whole ingest process holds the CPU measured inside it (children included)
     for kind in ("plain", "journal"):
         assert figures[f"{kind}_process_cpu_s"]["median"] >= figures[f"{kind}_cpu_s"]["median"] > 0
@@ -104,6 +111,10 @@ def test_quick_mode_writes_every_figure(quick: dict[str, Any]) -> None:
     assert doc["machine"]["cpus"] and "| plain ingest |" in doc["table"]
     assert "| plain ingest speed / polars one-liner |" in doc["table"]
     assert "| journal ingest speed / journalctl -o export |" in doc["table"]
+    assert "| mixed journal ingest speed / journalctl -u |" in doc["table"]
+    # the stages alone each covered every line (the bench checks it) and add up to the floor
+    stages = figures["plain_parse_cpu_s"]["median"] + figures["plain_store_cpu_s"]["median"]
+    assert math.isclose(figures["plain_floor_s"]["median"] * doc["machine"]["cpus"], stages)
     assert doc["table"] in quick["stdout"]
 
 

@@ -477,3 +477,29 @@ def test_a_repeat_of_the_batch_before_is_stored_once(
     finally:
         con.close()
     assert dangling == (0,)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_duckdb_stores_on_one_thread_and_gets_its_setting_back(
+    tmp_path: Path, fixture: Path, catalog, jobs: int
+) -> None:
+    """A batch is one row group, written by one DuckDB thread: a second one only takes CPU from the
+    parse, so the store runs with `threads = 1` whatever --jobs says, and the caller's setting is
+    restored afterwards."""
+    con = store.open_db(tmp_path / "t.duckdb")
+    con.execute("SET threads = 2")
+    seen: list[str] = []
+
+    def at_commit(_n: int) -> None:  # called on the storing thread after each batch
+        row = con.execute("SELECT current_setting('threads')").fetchone()
+        seen.append(str(row[0]) if row else "")
+
+    try:
+        source = open_file_source(fixture / "journal.export")
+        ingest(tmp_path / "t.duckdb", [source], ALL, catalog, batch_size=200, progress=at_commit,
+               con=con, views=False, jobs=jobs)  # fmt: skip
+        after = con.execute("SELECT current_setting('threads')").fetchone()
+    finally:
+        con.close()
+    assert len(seen) > 1 and set(seen) == {"1"}, seen
+    assert after == (2,) or after == ("2",), after

@@ -413,3 +413,112 @@ def test_xz_and_lz4_fields_equal_journalctl(tmp_path: Path, algorithm: str, comp
     with JournalFile(path) as jf:
         assert len(jf.cols.packed_obj) > 20
     assert assert_same_as_journalctl(path) > 0
+
+
+def _small_share_journal(tmp_path: Path) -> tuple[Path, int]:
+    """A journal where sglang is a small share, named in every field a unit glob is matched
+    against, and journald's lines (one naming an sglang unit); (path, entries naming sglang or
+    journald's: what a `sglang*` selection must index)."""
+    named = 0
+    entries = []
+    for i in range(3000):
+        fields = {"_SYSTEMD_UNIT": "other.service", "_PID": "42"}
+        if i % 50 == 0:
+            fields = {"_SYSTEMD_UNIT": "sglang-p.service", "_PID": "7"}
+        elif i % 50 == 1:  # pid 1 about an sglang unit
+            fields = {"_SYSTEMD_UNIT": "init.scope", "_PID": "1", "UNIT": "sglang-d.service"}
+        elif i % 50 == 2:
+            fields = {"_SYSTEMD_USER_UNIT": "sglang-user.service", "_PID": "8"}
+        elif i % 50 == 3:
+            fields = {"_SYSTEMD_UNIT": "systemd-coredump.service", "COREDUMP_UNIT": "sglang-p.service"}
+        elif i % 50 == 4:
+            fields = {"_SYSTEMD_UNIT": "systemd-journald.service", "_PID": "3"}
+            fields["MESSAGE"] = (
+                "Suppressed 9 messages from sglang-p.service" if i % 100 == 4 else "Journal started"
+            )
+        elif i % 50 == 5:  # pid 1 about another unit
+            fields = {"_SYSTEMD_UNIT": "init.scope", "_PID": "1", "UNIT": "cron.service"}
+        named += i % 50 < 5
+        fields.setdefault("MESSAGE", f"m{i} " + "w" * (700 if i % 3 else 5))  # some compressed
+        entries.append(
+            f"__REALTIME_TIMESTAMP={1_700_000_000_000_000 + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n"
+            f"_BOOT_ID={'e' * 32}\n" + "\n".join(f"{k}={v}" for k, v in fields.items())
+        )
+    return make(("\n\n".join(entries) + "\n\n").encode(), tmp_path / "mixed.journal"), named
+
+
+def test_a_unit_selection_indexes_only_the_entries_naming_its_units(tmp_path: Path) -> None:
+    """Like `journalctl -u`: the unit fields' DATA objects list the entries to index; the rest keep
+    their header only, and are counted as skipped exactly as when every entry is indexed."""
+    if not python_systemd_available():
+        pytest.skip("python-systemd not installed")
+    path, named = _small_share_journal(tmp_path)
+    sel = Selection(units=("sglang*",))
+    with JournalFile(path, "^(?:sglang.*)$") as jf:
+        assert jf.indexed is not None and int(jf.indexed.sum()) == named < jf.n_entries
+    src, fast, slow = _both_readers([path], sel)
+    assert src.direct.files == 1 and not src.direct.fallbacks
+    got = _stored(fast)
+    assert got.height and got.equals(_stored(slow))
+    assert got["message"].str.starts_with("Suppressed").sum() == 30  # journald's lines naming sglang
+    assert sum(b.skipped for b in fast) == sum(b.skipped for b in slow) == 3000 - got.height
+    every, _, _ = _both_readers([path], Selection(units=("*",)))  # no selection: every entry indexed
+    assert every.direct.files == 1
+    small = list(JournalSource("files", [path]).batches(sel, 7))  # many spans of 7 indexed entries
+    assert _stored(small).equals(got) and sum(b.skipped for b in small) == 3000 - got.height
+
+
+def test_spans_hold_a_block_of_indexed_entries_and_cover_every_row() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from pdforensics.sources.journalfile import MAX_SPAN_BLOCKS, _spans
+
+    rng = np.random.default_rng(3)
+    for indexed in (None, rng.random(5000) < 0.02, np.zeros(5000, bool), np.ones(5000, bool)):
+        jf = SimpleNamespace(indexed=indexed)
+        for start, stop, block in ((0, 5000, 16), (123, 4000, 5), (7, 7, 3)):
+            spans = list(_spans(jf, start, stop, block))  # type: ignore[arg-type]
+            assert [a for a, _ in spans[1:]] == [b for _, b in spans[:-1]]  # contiguous
+            assert (spans[0][0], spans[-1][1]) == (start, stop) if spans else start == stop
+            for a, b in spans:
+                held = (b - a) if indexed is None else int(indexed[a:b].sum())
+                assert 0 < b - a <= block * (1 if indexed is None else MAX_SPAN_BLOCKS) and held <= block
+
+
+def test_a_unit_selection_on_a_journal_without_unit_fields_selects_nothing(tmp_path: Path) -> None:
+    """No entry names a unit (the kernel's, say): nothing is indexed, every entry is skipped."""
+    entries = [
+        f"__REALTIME_TIMESTAMP={1_700_000_000_000_000 + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n"
+        f"_BOOT_ID={'f' * 32}\n_TRANSPORT=kernel\nMESSAGE=kernel line {i}"
+        for i in range(50)
+    ]
+    path = make(("\n\n".join(entries) + "\n\n").encode(), tmp_path / "k.journal")
+    with JournalFile(path, "^(?:sglang.*)$") as jf:
+        assert jf.indexed is not None and not jf.indexed.any()
+    src, fast, slow = _both_readers([path], Selection(units=("sglang*",)))
+    assert src.direct.files == 1 and not src.direct.fallbacks
+    assert sum(b.records.height for b in fast) == 0 and sum(b.skipped for b in fast) == 50
+    assert sum(b.skipped for b in slow) == 50
+
+
+def test_a_unit_chain_it_cannot_trust_indexes_every_entry(tmp_path: Path) -> None:
+    """A DATA object of a unit field whose entry count exceeds its entry array chain: the selection's
+    index is not trusted, every entry is indexed, and the records are the same."""
+    if not python_systemd_available():
+        pytest.skip("python-systemd not installed")
+    path, _ = _small_share_journal(tmp_path)
+    with JournalFile(path) as jf:
+        unit_data = sorted(jf._field_chains({b"_SYSTEMD_UNIT"}) or ())
+        target = next(
+            d for d in unit_data if bytes(jf._mm[d + 72 : d + 72 + 20]).startswith(b"_SYSTEMD_UNIT=sglang")
+        )
+    data = bytearray(path.read_bytes())
+    (n,) = struct.unpack_from("<Q", data, target + 56)
+    struct.pack_into("<Q", data, target + 56, n + 5)  # the chain lists n: 5 entries cannot be found
+    path.write_bytes(bytes(data))
+    with JournalFile(path, "^(?:sglang.*)$") as jf:
+        assert jf.indexed is None
+    src, fast, slow = _both_readers([path], Selection(units=("sglang*",)))
+    assert src.direct.files == 1 and _stored(fast).height and _stored(fast).equals(_stored(slow))

@@ -249,6 +249,71 @@ def test_unit_globs(journal: Path, force: bool, units: tuple[str, ...], expected
     assert got.skipped == len(ENTRIES) - len(expected)
 
 
+def _child_read(path: Path, selection: Selection, units: str | None) -> tuple[pl.DataFrame, int]:
+    """What python-systemd in its child reads of `path` (restricted to `units` or not), selected
+    as the source does: (records, entries the child returned)."""
+    from pdforensics.sources._journal_child import BLOCK, IsolatedReader, Unit
+    from pdforensics.sources._records import journal_records
+
+    frames = [
+        journal_mod._raw_frame(*ev.block)
+        for ev in IsolatedReader(
+            [Unit([str(path)], units=units)], ENTRY_FIELDS, None, 64, 1024, lambda: False
+        )
+        if ev.kind == BLOCK and ev.block is not None and ev.block[0]
+    ]
+    raw = pl.concat(frames)
+    return journal_records(raw, selection, source="j").records, raw.height
+
+
+@needs_python_systemd
+@pytest.mark.parametrize(
+    "units",
+    [
+        ("sglang*",),
+        ("sglang-prefill",),
+        ("sglang-?outer.service", "sshd.service"),
+        ("*journald*",),
+        ("nothing*",),
+    ],
+)
+def test_the_local_journal_is_read_through_the_units_entry_lists(
+    make_journal, units: tuple[str, ...]
+) -> None:
+    """The local journal is read by python-systemd restricted to the entries whose unit fields can
+    match (each value's entry list, as `journalctl -u`): the same records as reading every entry,
+    without visiting the other units' entries. A glob no unit matches restricts nothing, so the
+    units that were there can still be listed. (A file stands in for the local journal here.)"""
+    from pdforensics.sources._records import glob_regex
+
+    noise = b"".join(entry(T0 + 100 + i, f"noise {i}", **svc("other.service", pid="55")) for i in range(400))
+    path = make_journal(EXPORT + noise)
+    sel = Selection(units=units)
+    every, n_every = _child_read(path, sel, None)
+    only, n_only = _child_read(path, sel, glob_regex(units))
+    assert only.equals(every) and n_every == len(ENTRIES) + 400
+    if units == ("nothing*",):
+        assert every.height == 0 and n_only == n_every
+    else:
+        assert every.height and n_only <= len(ENTRIES)  # journald's and the selected units' entries
+
+
+def test_only_the_local_journal_with_plain_globs_is_restricted() -> None:
+    """Journal files go to the direct reader (and a damaged one's header count is compared with the
+    entries read); a glob with a [class] is matched by polars alone."""
+    from types import SimpleNamespace
+
+    from pdforensics.sources._records import glob_regex
+
+    def matches(kind: str, units: tuple[str, ...]) -> str | None:
+        return JournalSource._unit_matches(SimpleNamespace(kind=kind), Selection(units=units))  # type: ignore[arg-type]
+
+    assert matches("local", ("sglang*",)) == glob_regex(("sglang*",))
+    assert matches("local", ("*",)) is None  # everything: nothing to restrict
+    assert matches("local", ("sglang-[dp]*",)) is None
+    assert matches("files", ("sglang*",)) is None and matches("directory", ("sglang*",)) is None
+
+
 @pytest.mark.parametrize("force", READERS)
 @pytest.mark.parametrize(
     ("since", "until", "expected"),

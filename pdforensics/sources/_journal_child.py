@@ -24,6 +24,7 @@ import json
 import marshal
 import mmap
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -52,6 +53,7 @@ class Unit:
     context: int = 0
     after: str | None = None  # restart: start after this cursor (the last one received)
     skip_at: int | None = None  # restart: read this many entries, then step over one
+    units: str | None = None  # read only entries whose unit fields can match this regex (match_units)
 
 
 @dataclass
@@ -184,16 +186,22 @@ class IsolatedReader:
         if phase == PHASE_OPEN and not base.after and (base.since_us is not None or base.cursor):
             # Seeking (a bisection of the entry arrays) can abort where walking does not: read the
             # file from its start instead (the window is applied to every record anyway).
-            specs[unit] = Unit(base.files)
+            specs[unit] = Unit(base.files, units=base.units)
             return
         if phase == PHASE_READ and not s.lost and s.aborts <= MAX_ABORTS:
             # The entry after the `done_in_block` read ones killed it: the next child steps over it.
             after = s.last_cursor
             if after:
-                specs[unit] = Unit(base.files, after=after, skip_at=done_in_block)
+                specs[unit] = Unit(base.files, after=after, skip_at=done_in_block, units=base.units)
             else:
                 specs[unit] = Unit(
-                    base.files, base.since_us, base.cursor, base.context, base.after, done_in_block
+                    base.files,
+                    base.since_us,
+                    base.cursor,
+                    base.context,
+                    base.after,
+                    done_in_block,
+                    base.units,
                 )
             s.lost = detail
             return
@@ -346,6 +354,45 @@ def seek_before(j: Any, cursor: str, context: int) -> bool:
         return False
 
 
+# The fields a unit glob is matched against (_records._selected), and journald's own unit, whose
+# "Suppressed N messages from UNIT" lines name the unit in MESSAGE.
+MATCH_FIELDS = (
+    "_SYSTEMD_UNIT",
+    "_SYSTEMD_USER_UNIT",
+    "UNIT",
+    "USER_UNIT",
+    "COREDUMP_UNIT",
+    "OBJECT_SYSTEMD_UNIT",
+)
+JOURNALD = b"_SYSTEMD_UNIT=systemd-journald.service"
+
+
+def match_units(j: Any, regex: str) -> bool:
+    """Restrict `j` to the entries a unit field of which has a value `regex` matches, and
+    journald's: what `journalctl -u` reads (the values' entry lists) instead of every entry. The
+    parent selects exactly afterwards, so this only has to keep a superset. When no value matches
+    (a glob naming no unit here) nothing is restricted: every entry is read, and the parent can
+    still list the units that were there. Returns whether it restricted."""
+    rx = re.compile(regex)
+    groups = []
+    for field in MATCH_FIELDS:
+        try:
+            values = j.query_unique(field)
+        except OSError:  # a damaged file: read everything, as without a selection
+            return False
+        hits = [v for v in values if rx.search(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)]
+        if hits:
+            groups.append((field, hits))
+    if not groups:
+        return False
+    for field, hits in groups:  # values of one field OR'ed, each field its own disjunction
+        for v in hits:
+            j.add_match(field.encode() + b"=" + (v if isinstance(v, bytes) else v.encode()))
+        j.add_disjunction()
+    j.add_match(JOURNALD)
+    return True
+
+
 def _send(out: IO[bytes], kind: bytes, unit: int, payload: bytes) -> None:
     out.write(_HEAD.pack(kind, unit, len(payload)) + payload)
     out.flush()
@@ -382,6 +429,8 @@ def _read_unit(out: IO[bytes], unit: dict[str, Any], request: dict[str, Any], pv
         _send(out, OPEN_FAILED, i, f"{e.errno or 0} {e.strerror or e}".encode())
         return
     try:
+        if unit["units"]:
+            match_units(j, unit["units"])
         _read_open(out, j, unit, request, pv)
     finally:
         j.close()

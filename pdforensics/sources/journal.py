@@ -45,7 +45,7 @@ from pdforensics.sources import JOURNAL_MARK, RecordBatch, Selection
 from pdforensics.sources import _journal_child as child
 from pdforensics.sources._common import JOURNAL_MAGIC, escape_expr, in_background, rejects_frame, split_batch
 from pdforensics.sources._journal_child import IsolatedReader, Unit
-from pdforensics.sources._records import ENTRY_FIELDS, journal_records
+from pdforensics.sources._records import ENTRY_FIELDS, glob_regex, journal_records
 from pdforensics.sources.export import ExportParser, export_batches
 from pdforensics.sources.journalfile import DirectNotes, direct_events
 
@@ -379,17 +379,27 @@ class JournalSource:
         self, units: list[_ReadUnit], selection: Selection
     ) -> tuple[list[_ReadUnit], list[Unit]]:
         """The units to read and where each starts: a resumed read skips the files before its mark."""
-        since = selection.window.since_us
+        since, only = selection.window.since_us, self._unit_matches(selection)
         if self.resume_cursor is None:
-            return units, [Unit(u.files, since) for u in units]
+            return units, [Unit(u.files, since, units=only) for u in units]
         seqnum = _cursor_seqnum(self.resume_cursor)
         # A mark is only kept for files read in seqnum order with disjoint ranges (_mark_key): those
         # ending before the mark are stored whole; the first one reaching it seeks to it.
         rest = [u for u in units if u.header is None or u.header.tail_seqnum >= seqnum]
-        requests = [Unit(u.files, since) for u in rest]
+        requests = [Unit(u.files, since, units=only) for u in rest]
         if requests:
-            requests[0] = Unit(rest[0].files, since, self.resume_cursor, self.context)
+            requests[0] = Unit(rest[0].files, since, self.resume_cursor, self.context, units=only)
         return rest, requests
+
+    def _unit_matches(self, selection: Selection) -> str | None:
+        """The unit regex python-systemd restricts the local journal to (`_journal_child.match_units`:
+        the journal's own per-value entry lists, as `journalctl -u`), or None (every entry is read).
+        Only the local journal: journal files go to the direct reader, which indexes just those
+        entries itself, and the header counts of damaged ones compare with every entry read. Not for
+        globs with a [class]: the child matches with Python's `re`, polars' reads some classes apart."""
+        if self.kind != "local" or any("[" in g for g in selection.units):
+            return None
+        return glob_regex(selection.units)
 
     def journalctl_command(self, selection: Selection, files: Sequence[Path] | None = None) -> list[str]:
         cmd = [self.journalctl, "--all", "--utc", "--no-pager", "-o", "export"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 import lzma
 import mmap
@@ -39,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pdforensics.sources import Selection
-from pdforensics.sources._journal_child import BLOCK, DONE, RESUMED, Event, Unit
+from pdforensics.sources._journal_child import BLOCK, DONE, MATCH_FIELDS, RESUMED, Event, Unit
 from pdforensics.sources._records import ENTRY_FIELDS, JOURNALD_UNIT, _selected, glob_regex
 
 MAGIC = b"LPKSHHRH"
@@ -165,8 +166,12 @@ class Block:
 class JournalFile:
     """A journal file, checked and indexed on open (raises Unreadable); `frames` gives raw frames."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, units: str | None = None) -> None:
+        """`units`: the selection's unit regex (`_records.glob_regex`); when given, only the entries
+        that can match it (their unit fields' DATA objects list them) have their fields indexed."""
         self.path = Path(path)
+        self.units = units
+        self.indexed: np.ndarray | None = None
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < MIN_HEADER:
@@ -217,12 +222,20 @@ class JournalFile:
         entries = self._entry_offsets()
         refs = _Refs(len(entries))
         heads: list[tuple[np.ndarray, ...]] = []
+        # Entries no unit of the selection can be named in keep their header (seqnum, time, the
+        # cursor) but not their fields: they are counted and skipped like any other unselected one.
+        unit_entries = self.unit_entries(self.units) if self.units is not None else None
+        # per entry: whether its fields are indexed (None: every entry's are)
+        self.indexed = None if unit_entries is None else np.isin(entries, unit_entries, assume_unique=True)
         for a in range(0, len(entries), INDEX_CHUNK):
             chunk = entries[a : a + INDEX_CHUNK]
             *head, n_items = self._entries(chunk)
             heads.append(tuple(head))
-            owner, data = self._items(chunk, n_items)
-            self._gather(owner + np.int32(a), data, refs)
+            rows = np.arange(len(chunk), dtype=np.int32)
+            if self.indexed is not None:
+                rows = rows[self.indexed[a : a + INDEX_CHUNK]]
+            owner, data = self._items(chunk[rows], n_items[rows])
+            self._gather(rows[owner] + np.int32(a), data, refs)
             self.release()
         del entries
         seqnum, realtime, monotonic, xor_hash = (_concat([h[k] for h in heads], np.uint64) for k in range(4))
@@ -434,6 +447,78 @@ class JournalFile:
                 found.add(d)
                 d = int(u64[d // 8 + 4])
         return found
+
+    def unit_entries(self, units: str) -> np.ndarray | None:
+        """Offsets (sorted) of every entry a unit selection can keep: those referencing a DATA
+        object of a unit field whose value matches `units` (the regex `_records._selected` applies),
+        or journald's own (its "Suppressed N messages from UNIT" lines name the unit in MESSAGE).
+        Each DATA object lists its entries (inline, then its entry array chain): what `journalctl
+        -u` reads instead of every entry. None when a chain or a count fails a check (or a value
+        does not decompress): then every entry is indexed, as without a selection."""
+        h, u8, u64 = self.header, self._u8, self._u64
+        try:
+            found = self._field_chains({f.encode() for f in MATCH_FIELDS})
+            if found is None:
+                return None
+            head = 72 if h.compact else 64
+            objects = sorted(found)
+            values = []
+            for d in objects:
+                size, flag = int(u64[d // 8 + 1]), int(u8[d + 1] & 7)
+                if size < head or d + size > h.end:
+                    return None
+                payload = (
+                    self._decompress(flag, d + head, size - head) if flag else self._mm[d + head : d + size]
+                )
+                name, _, value = bytes(payload).partition(b"=")
+                values.append((name.decode("utf-8", "replace"), value.decode("utf-8", "replace")))
+            frame = pl.DataFrame(values, schema={"field": pl.String, "value": pl.String}, orient="row")
+            hit = (
+                frame.select(
+                    pl.col("value").str.contains(units)
+                    | (pl.col("field") == "_SYSTEMD_UNIT") & (pl.col("value") == JOURNALD_UNIT)
+                )
+                .to_series()
+                .to_numpy()
+            )
+            lists = [self._data_entries(d) for d, keep in zip(objects, hit, strict=True) if keep]
+        except (ValueError, IndexError, OverflowError, Unreadable, pl.exceptions.PolarsError):
+            return None  # never worse than no selection: every entry is indexed
+        if any(e is None for e in lists):
+            return None
+        return np.unique(np.concatenate(lists)) if lists else np.zeros(0, np.int64)  # type: ignore[arg-type]
+
+    def _data_entries(self, d: int) -> np.ndarray | None:
+        """The offsets of the entries DATA object `d` lists (n_entries of them: the inline one, then
+        its entry array chain); None when the chain is shorter than its count or out of bounds."""
+        h, u8, u64 = self.header, self._u8, self._u64
+        n = int(u64[d // 8 + 7])
+        first, off = int(u64[d // 8 + 5]), int(u64[d // 8 + 6])
+        if n == 0:
+            return np.zeros(0, np.int64)
+        parts, got, width = [np.array([first], np.int64)], 1, 4 if h.compact else 8
+        budget = h.n_entries + 1  # no chain has more arrays than the file has entries
+        while got < n and off:
+            budget -= 1
+            if (
+                budget < 0
+                or off % 8
+                or off < h.header_size
+                or off + 24 > h.end
+                or u8[off] != OBJECT_ENTRY_ARRAY
+            ):
+                return None
+            size = int(u64[off // 8 + 1])
+            if size < 24 or off + size > h.end:
+                return None
+            items = u8[off + 24 : off + 24 + (size - 24) // width * width].view("<u4" if h.compact else "<u8")
+            parts.append(items[: n - got].astype(np.int64))
+            got += len(parts[-1])
+            off = int(u64[off // 8 + 2])
+        if got < n:
+            return None
+        out = np.concatenate(parts)
+        return None if (out <= 0).any() else out
 
     def _decompress_all(
         self, flags: np.ndarray, start: np.ndarray, length: np.ndarray
@@ -682,18 +767,7 @@ def _text(values: pa.Array, chunk: int = 4096) -> pa.Array:
 # -- the reader's events (what `_journal_child.IsolatedReader` yields), python-systemd as fallback --
 
 ENV_READER = "PDFORENSICS_JOURNAL_READER"  # "python-systemd": never read files directly
-_UNIT_FIELDS = tuple(
-    ENTRY_FIELDS.index(n)
-    for n in (
-        "_PID",
-        "_SYSTEMD_UNIT",
-        "_SYSTEMD_USER_UNIT",
-        "UNIT",
-        "USER_UNIT",
-        "COREDUMP_UNIT",
-        "OBJECT_SYSTEMD_UNIT",
-    )
-)
+_UNIT_FIELDS = tuple(ENTRY_FIELDS.index(n) for n in ("_PID", *MATCH_FIELDS))  # _PID: pid 1's lines
 log = logging.getLogger(__name__)
 
 
@@ -749,7 +823,7 @@ def direct_events(
             yield Event(RESUMED, i, text="0")
             yield Event(DONE, i)
             continue
-        jf = _open_direct(req, notes)
+        jf = _open_direct(req, notes, glob_regex(selection.units))
         if jf is None:
             pending.append(i)
             continue
@@ -784,14 +858,14 @@ def _outside_window(req: Unit, until_us: int | None) -> bool:
     return (req.since_us is not None and last < req.since_us) or (until_us is not None and first >= until_us)
 
 
-def _open_direct(req: Unit, notes: DirectNotes) -> JournalFile | None:
+def _open_direct(req: Unit, notes: DirectNotes, units: str | None = None) -> JournalFile | None:
     if req.files is None or len(req.files) != 1 or req.after is not None or req.skip_at is not None:
         return None  # the local journal (sd_journal interleaves its files), or a restart
     if os.environ.get(ENV_READER, "") == "python-systemd":
         notes.fell_back(req.files[0], f"{ENV_READER}=python-systemd")
         return None
     try:
-        return JournalFile(req.files[0])
+        return JournalFile(req.files[0], units)
     except Unreadable as e:
         notes.fell_back(req.files[0], str(e))
     except OSError as e:
@@ -814,10 +888,9 @@ def _read_direct(
     yield Event(RESUMED, i, text="1" if resumed else "0")
     last: str | None = None
     try:
-        for a in range(start, stop, block):
+        for a, b in _spans(jf, start, stop, block):
             if stopped():
                 return
-            b = min(a + block, stop)
             keep = _prefilter(jf, a, b, selection)
             blk = jf.block(a, b, rows=None if keep.all() else keep)
             raw = jf.frame(blk, np.flatnonzero(keep))
@@ -833,6 +906,26 @@ def _read_direct(
     notes.files += 1
     notes.entries += stop - start
     yield Event(DONE, i)
+
+
+# A unit selection's block spans up to this many blocks of entries, to hold `block` indexed ones.
+MAX_SPAN_BLOCKS = 16
+
+
+def _spans(jf: JournalFile, start: int, stop: int, block: int) -> Iterator[tuple[int, int]]:
+    """Rows start..stop-1 in consecutive blocks of `block` entries; when only a unit selection's
+    entries are indexed, of `block` indexed ones (the rest are skipped without a look), each
+    spanning at most MAX_SPAN_BLOCKS blocks of rows (the block's copy of the index stays small)."""
+    if jf.indexed is None:
+        cuts = list(range(start, stop, block))
+    else:
+        indexed = np.flatnonzero(jf.indexed[start:stop]) + start
+        cuts, a = [], start
+        for nxt in [*indexed[block::block].tolist(), stop]:
+            while a < nxt:
+                cuts.append(a)
+                a = min(nxt, a + block * MAX_SPAN_BLOCKS)
+    yield from itertools.pairwise([*cuts, stop]) if cuts else ()
 
 
 def _start_row(jf: JournalFile, req: Unit) -> tuple[int, bool]:
@@ -863,19 +956,24 @@ def _prefilter(jf: JournalFile, a: int, b: int, selection: Selection) -> np.ndar
     keep = np.ones(b - a, dtype=bool)
     if glob_regex(selection.units) is None or not len(keep):
         return keep
-    objs = jf.unit_packed
-    blk = jf.block(a, b, objs=objs) if objs is not None else jf.block(a, b)
-    small = pl.DataFrame([jf.field(f, blk) for f in _UNIT_FIELDS])
-    journald = (small["_SYSTEMD_UNIT"] == JOURNALD_UNIT).fill_null(False).to_numpy()
-    message = pl.Series("MESSAGE", [None] * len(keep), dtype=pl.String)
-    if journald.any():  # journald's "Suppressed N messages from UNIT" lines name the unit in MESSAGE
-        at = np.flatnonzero(journald)
-        if objs is not None:  # their compressed objects too
-            blk = jf.block(a, b, rows=journald, objs=objs)
-        message = message.scatter(at, jf.field(MESSAGE, blk, at))
-    c = pl.col
-    pid1 = (c("_PID") == "1") | (c("_SYSTEMD_UNIT") == "init.scope")
-    picked = small.with_columns(message).select(_selected(Selection(units=selection.units), pid1))
-    keep = picked.to_series().to_numpy().astype(bool)
+    # Only the entries indexed for the selection can be kept (the others name none of its units).
+    at = np.flatnonzero(jf.indexed[a:b]) if jf.indexed is not None else np.arange(b - a)
+    keep[:] = False
+    if len(at):
+        objs = jf.unit_packed
+        blk = jf.block(a, b, objs=objs) if objs is not None else jf.block(a, b)
+        small = pl.DataFrame([jf.field(f, blk, at) for f in _UNIT_FIELDS])
+        journald = (small["_SYSTEMD_UNIT"] == JOURNALD_UNIT).fill_null(False).to_numpy()
+        message = pl.Series("MESSAGE", [None] * len(at), dtype=pl.String)
+        if journald.any():  # journald's "Suppressed N messages from UNIT" lines name the unit in MESSAGE
+            rows = np.zeros(b - a, dtype=bool)
+            rows[at[journald]] = True
+            if objs is not None:  # their compressed objects too
+                blk = jf.block(a, b, rows=rows, objs=objs)
+            message = message.scatter(np.flatnonzero(journald), jf.field(MESSAGE, blk, at[journald]))
+        c = pl.col
+        pid1 = (c("_PID") == "1") | (c("_SYSTEMD_UNIT") == "init.scope")
+        picked = small.with_columns(message).select(_selected(Selection(units=selection.units), pid1))
+        keep[at] = picked.to_series().to_numpy().astype(bool)
     keep[0] = keep[-1] = True
     return keep
