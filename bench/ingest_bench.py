@@ -675,11 +675,16 @@ class Results:
         return self.figures[(size, name)].median
 
 
+def _remove_db(db: Path) -> None:
+    """A database file and its WAL gone: the next measurement starts from a fresh file."""
+    for f in (db, db.with_name(db.name + ".wal")):
+        f.unlink(missing_ok=True)
+
+
 def measure_plain(res: Results, size: str, files: list[Path], db: Path) -> None:
     """One round: ingest into a fresh DB; lnav, the one-liners and grep over the same files; the re-ingest."""
     lines = res.inputs[size]["plain_lines"]
-    for f in (db, db.with_name(db.name + ".wal")):
-        f.unlink(missing_ok=True)
+    _remove_db(db)
     first = spawn(child("ingest", "plain", str(db), *map(str, files)))
     info = json.loads(first.out)
     res.inputs[size]["plain_records"] = info["records"]
@@ -717,10 +722,9 @@ def measure_stages(res: Results, size: str, files: list[Path], db: Path) -> None
     """The plain ingest's stages alone (read, read + parse, store of what `db` holds), checked to
     cover every line; the floor is their CPU spread over every core, as if they overlapped perfectly."""
     fresh = db.with_name(f"stages-{size}.duckdb")
-    for f in (fresh, fresh.with_name(fresh.name + ".wal")):
-        f.unlink(missing_ok=True)
+    _remove_db(fresh)
     proc = spawn(child("stages", str(db), str(fresh), *map(str, files)))
-    fresh.unlink(missing_ok=True)
+    _remove_db(fresh)
     info = json.loads(proc.out)
     lines = res.inputs[size]["plain_lines"]
     if not info["read"] == info["parsed"] == info["stored"] == lines:
@@ -791,8 +795,7 @@ ONE_LINER_LABELS = {  # (short name, what it does)
 def measure_one_liner(res: Results, size: str, tool: str, files: list[Path], db: Path) -> None:
     """The polars or DuckDB one-liner over the same files, checked to have read every line."""
     lines = res.inputs[size]["plain_lines"]
-    for f in (db, db.with_name(db.name + ".wal")):
-        f.unlink(missing_ok=True)
+    _remove_db(db)
     args = [str(db)] if tool == "duckdb" else []
     proc = spawn(child(tool, *args, *map(str, files)))
     info = json.loads(proc.out)
@@ -808,8 +811,7 @@ def measure_one_liner(res: Results, size: str, tool: str, files: list[Path], db:
 
 
 def measure_journal(res: Results, size: str, files: list[Path], db: Path) -> None:
-    for f in (db, db.with_name(db.name + ".wal")):
-        f.unlink(missing_ok=True)
+    _remove_db(db)
     first = spawn(child("ingest", "journal", str(db), *map(str, files)))
     info = json.loads(first.out)
     n = info["records"]
@@ -856,8 +858,7 @@ def measure_journal(res: Results, size: str, files: list[Path], db: Path) -> Non
 def measure_mixed(res: Results, size: str, files: list[Path], db: Path) -> None:
     """The mixed journal (sglang a small share) ingested with `--unit sglang*`, beside `journalctl -u`
     with the same glob on the same files: what selecting a few units out of a busy host costs."""
-    for f in (db, db.with_name(db.name + ".wal")):
-        f.unlink(missing_ok=True)
+    _remove_db(db)
     ing = spawn(child("ingest", "mixed", str(db), *map(str, files)))
     info = json.loads(ing.out)
     n = info["records"] + info["skipped"]  # every entry of the files: read, or skipped as another unit's
@@ -905,8 +906,7 @@ def measure_collection(res: Results, size: str, directory: Path, db: Path) -> No
     """One round: `ingest -D` of the collection into a fresh DB with each of COLLECTION_JOBS."""
     stored = {}
     for jobs in COLLECTION_JOBS:
-        for f in (db, db.with_name(db.name + ".wal")):
-            f.unlink(missing_ok=True)
+        _remove_db(db)
         p = spawn(child("collection", str(jobs), str(db), str(directory)))
         info = json.loads(p.out)
         stored[jobs] = (info["records"], info["stored"], info["rejected"])

@@ -208,9 +208,10 @@ def ingest(
     `date` (YYYY-MM-DD) dates time-only prefixes no other line of their file dates; `prefix_files`
     add prefix forms to catalog/prefixes.toml. `jobs`: how many things run at once (None: one per
     core). 1: each batch read, parsed and stored in turn; 2: the parse of the next batch overlaps
-    the store of this one (DuckDB stores on one thread either way: a batch is one row group); 3 or more, on a journal directory of several hosts:
-    jobs - 1 worker processes read and parse its files while this one stores (see ingest_jobs; they
-    are spawned, so a script calling this needs the usual `if __name__ == "__main__":` guard).
+    the store of this one; 3 or more, on a journal directory of several hosts: jobs - 1 worker
+    processes read and parse its files while this one stores (see ingest_jobs; they are spawned, so
+    a script calling this needs the usual `if __name__ == "__main__":` guard). DuckDB stores on one
+    thread whatever `jobs` is: a batch is one row group.
     `parquet`: also write the data there (parquet_store)."""
     opts = ParseOptions(catalog=catalog, tz=tz, prefixes=load_prefixes(prefix_files), date=date)
     own = con is None
@@ -282,7 +283,7 @@ def _ingest(
             mirror.begin(con, ingest_id)
         # DuckDB on one thread whatever --jobs says: a batch is one row group, which one thread
         # writes and compresses; a second DuckDB thread only contends with the parse (measured at
-        # 1M lines: 0.3-1.5 s less CPU, docs/benchmark.md "session 9").
+        # 1M lines: 0.1-1.5 s less CPU, docs/benchmark.md "session 9").
         with store.bulk_load(con, INGEST_MEMORY_LIMIT, threads=1):
             if collection is not None:
                 commit = partial(_commit, con, ingest_id, summary=summary, context=context, remap={},

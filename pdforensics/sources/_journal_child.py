@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import IO, Any
 
 _HEAD = struct.Struct("<cIQ")
@@ -194,15 +194,7 @@ class IsolatedReader:
             if after:
                 specs[unit] = Unit(base.files, after=after, skip_at=done_in_block, units=base.units)
             else:
-                specs[unit] = Unit(
-                    base.files,
-                    base.since_us,
-                    base.cursor,
-                    base.context,
-                    base.after,
-                    done_in_block,
-                    base.units,
-                )
+                specs[unit] = replace(base, skip_at=done_in_block)
             s.lost = detail
             return
         s.done = True
@@ -380,14 +372,14 @@ def match_units(j: Any, regex: str) -> bool:
             values = j.query_unique(field)
         except OSError:  # a damaged file: read everything, as without a selection
             return False
-        hits = [v for v in values if rx.search(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)]
+        hits = [v for v in values if rx.search(v.decode("utf-8", "replace"))]  # _Reader: bytes
         if hits:
             groups.append((field, hits))
     if not groups:
         return False
     for field, hits in groups:  # values of one field OR'ed, each field its own disjunction
         for v in hits:
-            j.add_match(field.encode() + b"=" + (v if isinstance(v, bytes) else v.encode()))
+            j.add_match(field.encode() + b"=" + v)
         j.add_disjunction()
     j.add_match(JOURNALD)
     return True

@@ -170,8 +170,7 @@ class JournalFile:
         """`units`: the selection's unit regex (`_records.glob_regex`); when given, only the entries
         that can match it (their unit fields' DATA objects list them) have their fields indexed."""
         self.path = Path(path)
-        self.units = units
-        self.indexed: np.ndarray | None = None
+        self.indexed: np.ndarray | None = None  # per entry: fields indexed (None: every entry's)
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < MIN_HEADER:
@@ -181,7 +180,7 @@ class JournalFile:
             self.header = parse_header(self._mm, size)
             self._u8 = np.frombuffer(self._mm, dtype=np.uint8, count=self.header.end)
             self._u64 = self._u8[: self.header.end // 8 * 8].view("<u8")
-            self.cols = self._index()
+            self.cols = self._index(units)
             self.release()
         except Unreadable:
             self.close()
@@ -215,7 +214,7 @@ class JournalFile:
 
     # -- indexing (once per file, vectorised) ---------------------------------------------------------
 
-    def _index(self) -> Columns:
+    def _index(self, units: str | None) -> Columns:
         """The entries and their items, a chunk of entries at a time: the per-item arrays (~25
         items an entry) never exist for the whole file at once, and the pages each chunk read
         are released before the next one (entry and DATA objects lie all over the file)."""
@@ -224,8 +223,7 @@ class JournalFile:
         heads: list[tuple[np.ndarray, ...]] = []
         # Entries no unit of the selection can be named in keep their header (seqnum, time, the
         # cursor) but not their fields: they are counted and skipped like any other unselected one.
-        unit_entries = self.unit_entries(self.units) if self.units is not None else None
-        # per entry: whether its fields are indexed (None: every entry's are)
+        unit_entries = self.unit_entries(units) if units is not None else None
         self.indexed = None if unit_entries is None else np.isin(entries, unit_entries, assume_unique=True)
         for a in range(0, len(entries), INDEX_CHUNK):
             chunk = entries[a : a + INDEX_CHUNK]
