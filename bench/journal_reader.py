@@ -25,9 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-FILES = sorted(glob.glob(os.environ.get("JOURNALS", "bench/results/work/journal-1M/*.journal")))[
-    : int(os.environ.get("NFILES", "100"))
-]
+FILES = sorted(
+    glob.glob(
+        os.environ.get("JOURNALS", str(Path(__file__).resolve().parent / "results/work/journal-1M/*.journal"))
+    )
+)[: int(os.environ.get("NFILES", "100"))]
 
 
 def cpu() -> float:

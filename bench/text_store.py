@@ -12,13 +12,16 @@ import resource
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import duckdb
 import polars as pl
 import pyarrow as pa
 import zstandard as zstd
 
-DIR = sys.argv[1] if len(sys.argv) > 1 else "bench/results/work/plain-1M/plain"
+DIR = (
+    sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parent / "results/work/plain-1M/plain")
+)
 files = sorted(glob.glob(os.path.join(DIR, "*.log")))
 if not files:
     sys.exit(f"text_store: no .log files in {DIR}")
