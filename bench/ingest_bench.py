@@ -609,9 +609,12 @@ def _child_verdict(db: Path) -> None:
 
 
 def _child_report(db: Path, out: Path) -> None:
-    from pdforensics import store
+    from pdforensics import judgement, store
     from pdforensics.report import write_report
 
+    # the report computed from the views in every round, as issue 17's target means it (a kept
+    # judgement, pdforensics.judgement, would make the later rounds read it back)
+    os.environ[judgement.ENV] = "off"
     con = store.open_db(db, read_only=True)
     try:
         started = time.perf_counter()

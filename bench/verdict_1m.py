@@ -9,6 +9,10 @@ connection, the way `pdforensics verdict` runs it, with its wall time, CPU time 
 and the process's peak RSS. `--steps` first times each view `compute_verdict` shadows, one after the other.
 `--threads 1` runs DuckDB on one thread: on a busy shared machine its CPU time is the figure that
 compares two versions (with all threads, other processes' load inflates both wall and CPU time).
+Run 1 judges (the views compute the verdict, which is then kept beside the database:
+pdforensics.judgement; its folder is emptied first), runs 2 and 3 read the kept judgement, as every
+later `pdforensics verdict` on that database does. `--no-cache` computes every run (the figure
+before issue 27).
 
 The traffic: one prefill host and one decode host (the decode clock 1.5 s ahead), --log-requests
 (Receive:/Finish: on both engines), a `Prefill batch` line per 10 requests and a `Decode batch`
@@ -23,10 +27,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import time
 from pathlib import Path
 
-from pdforensics import fold, store, verdict
+from pdforensics import fold, judgement, store, verdict
 
 T0 = 1_796_000_000_000_000  # 2026-11-30 UTC, in us
 SKEW_US = 1_500_000  # the decode host's clock is ahead by this much
@@ -167,7 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="reuse an existing database")
     ap.add_argument("--steps", action="store_true", help="time each materialised view first")
     ap.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: DuckDB's own)")
+    ap.add_argument("--no-cache", action="store_true", help="never keep or read a judgement")
     args = ap.parse_args(argv)
+    if args.no_cache:
+        os.environ[judgement.ENV] = "off"
     if not (args.keep and args.db.exists()):
         t = time.perf_counter()
         build(args.db, args.requests)
@@ -176,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         con = store.open_db(args.db)
         verdict.ensure_views(con)
         con.close()
+    shutil.rmtree(judgement.folder_of(args.db), ignore_errors=True)  # run 1 judges
     con = store.open_db(args.db, read_only=True)
     try:
         n_events = con.execute("SELECT count(*) FROM events").fetchall()[0][0]
@@ -187,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             t, cpu = time.perf_counter(), time.process_time()
             v = verdict.compute_verdict(con, verdict.VerdictOptions())
             took, cpu = time.perf_counter() - t, time.process_time() - cpu
-            print(f"run {run + 1}: verdict {v.verdict} over {v.counts['requests']:,} requests / {n_events:,} events "
+            how = "computed" if args.no_cache else "judged and kept" if run == 0 else "read back"
+            print(f"run {run + 1} ({how}): verdict {v.verdict} over {v.counts['requests']:,} requests / {n_events:,} events "
                   f"in {took:.2f} s wall, {cpu:.2f} s CPU ({len(v.requests):,} not completed; "
                   f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
         print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")

@@ -1,4 +1,7 @@
-"""The library entry points behind each CLI command (usable from Python as is)."""
+"""The library entry points behind each CLI command (usable from Python as is).
+
+Each imports what it needs when it runs: a `verdict` or `sql` never loads the catalog, the
+parser or polars (reading a database needs DuckDB alone)."""
 
 from __future__ import annotations
 
@@ -10,9 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pdforensics import store
-from pdforensics.catalog import load_catalog
-from pdforensics.errors import UsageError
-from pdforensics.progress import IngestProgress
+from pdforensics.errors import DatabaseError, UsageError
 from pdforensics.sources import Selection, Source, Window
 from pdforensics.timewindow import parse_instant, parse_window
 
@@ -81,7 +82,9 @@ def run_ingest(
     """Ingest, then the window's verdict. `announce` gets one line saying what a whole-journal read
     is about to read (entries, from when); `progress` shows a bar on stderr. `jobs`: worker
     processes for a journal directory (None: one per core); `parquet`: also write the data there."""
+    from pdforensics.catalog import load_catalog
     from pdforensics.ingest import ingest
+    from pdforensics.progress import IngestProgress
 
     check_date(date)
     if jobs is not None and jobs < 1:
@@ -104,11 +107,12 @@ def run_ingest(
                 prefix_files=prefix_files or (), jobs=jobs, parquet=parquet,
             )  # fmt: skip
         check_unit_globs(con, summary, selection, sources)
-        verdict = _verdict_or_none(
-            con, window.since_us, window.until_us, watchdog_timeout, grace, sources, now_us
-        )
     finally:
         con.close()
+    # Judged on a read-only connection once the writer has closed (and checkpointed): the
+    # judgement is then kept for the file as every later reader finds it (pdforensics.judgement),
+    # so the `verdict`, `report`, `timeline` that follow read it instead of recomputing it.
+    verdict = _verdict_or_none(db, window.since_us, window.until_us, watchdog_timeout, grace, sources, now_us)
     return summary, verdict
 
 
@@ -144,7 +148,7 @@ def ingest_lock_wait_s() -> float:
     return value
 
 
-def _verdict_or_none(con, since_us, until_us, watchdog_timeout, grace, sources, now_us) -> Verdict | None:  # type: ignore[no-untyped-def]
+def _verdict_or_none(db, since_us, until_us, watchdog_timeout, grace, sources, now_us) -> Verdict | None:  # type: ignore[no-untyped-def]
     try:
         from pdforensics.verdict import compute_verdict
     except ImportError:
@@ -153,7 +157,14 @@ def _verdict_or_none(con, since_us, until_us, watchdog_timeout, grace, sources, 
     opts = verdict_options(
         since_us, until_us if until_us is not None or not live else now_us, watchdog_timeout, grace
     )
-    return compute_verdict(con, with_unit_environment(con, opts) if live else opts)
+    try:
+        con = store.open_db(db, read_only=True)
+    except DatabaseError:  # another writer took the file the moment this one closed it
+        return None
+    try:
+        return compute_verdict(con, with_unit_environment(con, opts) if live else opts)
+    finally:
+        con.close()
 
 
 # Instants the database and the views can hold: 0001-01-01 .. 9999-12-31 UTC. `--since 99999999999d`
@@ -248,52 +259,21 @@ def with_unit_environment(con, opts: VerdictOptions) -> VerdictOptions:  # type:
 
 
 def run_timeline(db: Path, request: str, watchdog_timeout: float | None, grace: float | None):  # type: ignore[no-untyped-def]
-    from pdforensics.verdict import ensure_views, request_timeline
+    from pdforensics.verdict import request_timeline
 
     con = store.open_db(db, read_only=True)
     try:
-        ensure_views(con)
-        key = resolve_request(con, request)
-        return request_timeline(con, key, verdict_options(None, None, watchdog_timeout, grace))
+        return request_timeline(con, request, verdict_options(None, None, watchdog_timeout, grace))
     finally:
         con.close()
 
 
-# Candidates listed when a prefix is ambiguous.
-PREFIX_CANDIDATES = 8
-
-
 def resolve_request(con: Any, key: str) -> str:
-    """A room or rid as typed, or the one room/rid it is a unique prefix of (exports and reports
-    name spans by a rid's first 8 characters: `prefill Req 495bb5cf`)."""
-    key = key.strip()
-    if not key:
-        raise UsageError("REQUEST is empty: give a bootstrap_room or a rid (or a unique prefix of one)")
-    exact = con.execute(
-        "SELECT 1 FROM room_events WHERE rid = $k OR (TRY_CAST($k AS UBIGINT) IS NOT NULL "
-        "AND bootstrap_room = TRY_CAST($k AS UBIGINT)) LIMIT 1",
-        {"k": key},
-    ).fetchone()
-    if exact:
-        return key
-    rows = con.execute(
-        """SELECT DISTINCT bootstrap_room, CASE WHEN starts_with(rid, $k) THEN rid END AS rid
-           FROM room_events
-           WHERE starts_with(rid, $k) OR starts_with(CAST(bootstrap_room AS VARCHAR), $k)
-           ORDER BY 1, 2 LIMIT 200""",
-        {"k": key},
-    ).fetchall()
-    rooms = sorted({r[0] for r in rows})
-    if len(rooms) == 1:
-        return str(rooms[0])
-    if not rooms:
-        raise UsageError(
-            f"no request with bootstrap_room or rid {key!r} (or starting with it) in the database"
-        )
-    names = [r[1] or str(r[0]) for r in rows]
-    shown = ", ".join(dict.fromkeys(names[:PREFIX_CANDIDATES]))
-    more = f", … ({len(rooms)} requests)" if len(rooms) > PREFIX_CANDIDATES else ""
-    raise UsageError(f"{key!r} is the start of several requests: {shown}{more}; type more of it")
+    """A room or rid as typed, or the one room/rid it is a unique prefix of, as the room's number
+    (`verdict.find_request`, which `request_timeline` calls itself)."""
+    from pdforensics.verdict import find_request
+
+    return str(find_request(con, key))
 
 
 def run_simulate(

@@ -8,7 +8,6 @@ that need them so `--help` stays instant.
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 import time
@@ -610,6 +609,8 @@ INTERRUPTED = "interrupted; every batch committed so far is kept, rerun to conti
 def usage_line(exc: click.UsageError) -> str:
     """click's usage error as one line: `no such option --sinc (did you mean --since?)`."""
     if isinstance(exc, click.NoSuchOption):
+        import difflib
+
         close = difflib.get_close_matches(exc.option_name, exc.possibilities or [], n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
         return f"no such option {exc.option_name}{hint}"

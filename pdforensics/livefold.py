@@ -3,8 +3,8 @@
 The classification views (queries/views/) decide a window after the fact; the watch must know
 the moment a rule becomes true. This fold applies each new event once, in log-time order, to
 the rooms still open, and evaluates the deadlines as log time passes them. A room folds away
-when the prefill releases it (its Finish, time stats, a failure line, the watchdog), when the
-decode completes it, or when it is gone (its prefill stopped, the prefill's queues were seen
+when the prefill releases it (its Finish, time stats, a failure line, the watchdog; a decode
+completion proves the KV arrived, it does not release the prefill's hold), or when it is gone (its prefill stopped, the prefill's queues were seen
 empty): memory holds the open requests only.
 
 The rules follow the views (05_requests.sql, 01_context.sql) where a live answer can:
@@ -260,16 +260,16 @@ class LiveFold:
                 self.rooms[room].d_rid = rid
         elif room in self.rooms:
             r = self.rooms[room]
-            if (
-                engine == "prefill"
-                and (event in ("request_finished", "req_time_stats") or event in _PREFILL_END)
-            ) or (engine == "decode" and event == "req_time_stats"):
+            if engine == "prefill" and (
+                event in ("request_finished", "req_time_stats") or event in _PREFILL_END
+            ):
                 self._completed(r, event, finish_type, engine)
                 self._close(r)
-            elif engine == "decode" and event == "request_finished":
-                if (finish_type or "") != "abort":
+            elif engine == "decode" and event in ("request_finished", "req_time_stats"):
+                # the KV arrived: traffic flows on the path, but only the prefill's own end (or an
+                # empty sample of its queues) releases its hold (design.md, "Held")
+                if event == "req_time_stats" or (finish_type or "") != "abort":
                     self._completed(r, event, finish_type, engine)
-                    self._close(r)
                 else:
                     r.abort_seen = True
 

@@ -109,6 +109,11 @@ class StreamCarry:
     unit_engine: dict[int, str] = field(default_factory=dict)  # the engine its lines showed so far
     last_date: dict[str, str] = field(default_factory=dict)  # source_key -> its last dated line's time
     host_offset_how: dict[str, str] = field(default_factory=dict)  # host -> what its offset came from
+    # record stream (see _join_records) -> the text of its split record so far, when the batch
+    # ended before the record did (a CRI `P` record, a journald LineMax piece): the next batch
+    # joins its continuation to it. Honoured while last_head holds anything: ingest clears that
+    # when it skips stored records, and a record must not be joined across them.
+    pending: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- prefix pass
@@ -120,6 +125,7 @@ _PREFIX_COLS: dict[str, pl.DataType] = {
     "_o_utc": pl.Boolean(),
     "_o_prec": pl.Int32(),
     "_partial": pl.Boolean(),  # the record continues in the next one of its stream (CRI `P`)
+    "_rstream": pl.String(),  # the record's stream within its file (CRI stdout / stderr)
     "_dated": pl.String(),  # time-only prefix: where its date came from (lines | --date)
 }
 
@@ -137,8 +143,13 @@ def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) ->
             df = df.with_columns(pl.coalesce(some.str.strip_chars_end("\r"), "_clean").alias("_clean"))
     forms = opts.prefixes
     df = df.with_columns(pl.lit(None, t).alias(n) for n, t in _PREFIX_COLS.items())
+    bracket = df["_clean"].str.starts_with("[")
+    # Split records are made whole first: no form is tried on a continuation's own text.
+    df, joined = _join_records(df, forms, carry, ~bracket)
+    if joined:  # their text is what the forms read now
+        bracket = df["_clean"].str.starts_with("[")
     # (`[pod/..] ` and time-only exports take the other way: slower, as correct.)
-    if df.select((~pl.col("_clean").str.starts_with("[")).sum()).item() * 2 > df.height:
+    if (~bracket).sum() * 2 > df.height:
         # An export (journalctl text, CRI, a log viewer's copy): most lines carry an outer prefix.
         # The forms run on the whole batch first, then the SGLang pass once.
         df = _repairs(_outer_prefixes(df, forms), forms.of_kind("repair"), with_date=False)
@@ -156,7 +167,134 @@ def _strip_prefixes(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) ->
         df = _time_only(df, forms, opts, carry)
     else:
         _remember_dates(df, carry)
-    return _other_clocks(df, forms.of_kind("clock")).drop("_clean", strict=False)
+    df = _other_clocks(df, forms.of_kind("clock"))
+    if joined:  # the record's own form (CRI) is the outermost one the line carried
+        df = df.with_columns(
+            pl.when(pl.col("_rprefix").is_null())
+            .then(pl.col("_prefix"))
+            .otherwise(pl.concat_str(["_rprefix", "_prefix"], separator="+", ignore_nulls=True))
+            .alias("_prefix")
+        )
+    return df.drop("_clean", "_rprefix", strict=False)
+
+
+# A split record's text waits for the next batch up to this size; a longer one (a stream of `P`
+# records that never ends) is dropped there, and its continuation read alone.
+PENDING_MAX_CHARS = 1 << 22
+
+
+def _join_records(
+    df: pl.DataFrame, forms: Prefixes, carry: StreamCarry, unbracketed: pl.Series
+) -> tuple[pl.DataFrame, bool]:
+    """Records split over several lines made whole before any prefix is read: a CRI `P` record's
+    text is joined with the records that follow it in its stream (same file, same stdout/stderr)
+    up to its `F` record, whatever their text looks like (digits and a comma are not a CloudWatch
+    line there: prefix forms never win over a pending continuation); a journald entry cut at
+    LineMax with the entries that follow it in its stream.
+
+    The record forms (outer forms with a `partial` group) are read here, from the lines they start
+    that no earlier outer form starts: the form goes to `_rprefix` (merged into `_prefix` at the
+    end), the rest of the line to `_clean`. They are tried on the lines that do not start with `[`
+    (`unbracketed`: SGLang's own prefix is on most lines of most files, and no record form starts
+    with it; a regex over every line would cost a tenth of the parse).
+
+    The record's LAST piece (the one that completes it) holds its whole text (`_rhold`); the
+    pieces before it are stored with an empty text: the first (`_rstart`) as the record's head,
+    the others as its continuations (`_rpiece`, like the holder). Each line is then parsed from
+    itself and the lines before it only, so where a batch ends changes nothing: a record the batch
+    ends inside leaves its text in `carry.pending`, and the next batch's last piece of it holds it.
+    (Half a line never becomes an event: a room number cut short would be another request.)
+    Returns the frame and whether any line's text changed.
+    """
+    df = df.with_columns(
+        pl.lit(None, pl.String).alias("_rprefix"),
+        pl.lit(False).alias("_rstart"),
+        pl.lit(False).alias("_rpiece"),
+        pl.lit(False).alias("_rhold"),
+        pl.lit(False).alias("_rjoins"),
+        pl.lit(False).alias("_rtaken"),
+        unbracketed.alias("_rcand"),
+    )
+    outer = forms.of_kind("outer")
+    for i, form in enumerate(outer):
+        if "partial" not in form.groups or not unbracketed.any():
+            continue
+        cand = pl.when(pl.col("_rcand") & ~pl.col("_rtaken")).then(pl.col("_clean"))
+        df = df.with_columns(cand.str.contains(form.pattern).fill_null(False).alias("_hit"))
+        if not df["_hit"].any():
+            continue
+        for earlier in outer[:i]:  # a form before it in file order is the outermost there
+            other = pl.when("_hit").then(pl.col("_clean")).str.contains(earlier.pattern).fill_null(False)
+            df = df.with_columns((pl.col("_hit") & ~other).alias("_hit"))
+        df = df.with_columns(pl.col("_rtaken") | pl.col("_hit"))
+        df = _apply_outer(df, form, forms.label_keys)
+    line_max = pl.col("message").str.len_bytes().is_between(*LINE_MAX_BYTES).fill_null(False)
+    df = df.with_columns(
+        pl.when("_rtaken").then(pl.col("_partial").fill_null(False)).otherwise(line_max).alias("_rjoins"),
+        pl.col("_prefix").alias("_rprefix"),
+    ).with_columns(pl.lit(None, pl.String).alias("_prefix"), pl.lit(None, pl.Boolean).alias("_partial"))
+    df = df.drop("_rtaken", "_rcand")
+    taken = df["_rprefix"].null_count() < df.height
+    # The carry is kept while the chain of batches holds (see StreamCarry.pending).
+    if not carry.last_head:
+        carry.pending.clear()
+    seeds = dict(carry.pending)
+    if not seeds and not df["_rjoins"].any():
+        return df, taken
+    # A record's stream: its file or process, and within it its CRI stream.
+    key = pl.concat_str(
+        [pl.col(c).cast(pl.String).fill_null("") for c in ("source_key", "host", "unit", "pid", "_rstream")],
+        separator="\x1f",
+    )
+    df = df.with_columns(key.alias("_rkey"))
+    carried = (
+        pl.col("_rkey").replace_strict(seeds, default=None, return_dtype=pl.String)
+        if seeds
+        else pl.lit(None, pl.String)
+    )
+    # A piece: the record before it in its stream continues (the batch's first: an earlier batch's).
+    cont = pl.coalesce(pl.col("_rjoins").shift(1).over("_rkey"), carried.is_not_null())
+    df = df.with_columns(cont.alias("_rpiece"))
+    df = df.with_columns((~pl.col("_rpiece") & pl.col("_rjoins")).alias("_rstart"))
+    first = pl.coalesce(
+        pl.when(~pl.col("_rpiece")).then(pl.col("_row")).forward_fill().over("_rkey"),
+        pl.col("_row").first().over("_rkey"),  # a record begun in an earlier batch
+    )
+    chain = df.filter(pl.col("_rpiece") | pl.col("_rstart")).select(
+        "_row", first.alias("_first"), "_rkey", "_clean", "_rjoins", "_rpiece"
+    )
+    records = chain.group_by("_first", maintain_order=True).agg(
+        pl.col("_clean").str.join(""),
+        pl.col("_row").last().alias("_last"),
+        pl.col("_rjoins").last().alias("_open"),  # the batch ends inside it
+        pl.col("_rkey").first(),
+        pl.col("_rpiece").first().alias("_carried"),
+    )
+    if seeds:
+        before = pl.col("_rkey").replace_strict(seeds, default="", return_dtype=pl.String)
+        records = records.with_columns(
+            pl.when("_carried").then(pl.concat_str([before, "_clean"])).otherwise("_clean").alias("_clean")
+        )
+    # Each stream of the batch took its carried record; what the batch ends inside waits.
+    for k in set(df["_rkey"].unique().to_list()) & set(seeds):
+        del carry.pending[k]
+    waiting = records.filter("_open")
+    carry.pending.update(
+        {
+            k: text
+            for k, text in waiting.select("_rkey", "_clean").iter_rows()
+            if len(text) <= PENDING_MAX_CHARS
+        }
+    )
+    done = records.filter(~pl.col("_open"))
+    blank = pl.when(pl.col("_rpiece") | pl.col("_rstart")).then(pl.lit("")).otherwise(pl.col("_clean"))
+    clean = df.select(blank).to_series().clone()  # clone: scatter writes in place
+    hold = pl.repeat(False, df.height, eager=True)
+    if done.height:
+        clean = clean.scatter(done["_last"], done["_clean"])
+        hold = hold.scatter(done["_last"], True)
+    df = df.with_columns(clean.alias("_clean"), hold.alias("_rhold"))
+    return df.drop("_rkey"), True
 
 
 def _write_back(df: pl.DataFrame, part: pl.DataFrame) -> pl.DataFrame:
@@ -245,6 +383,8 @@ def _apply_outer(df: pl.DataFrame, form: Prefix, label_keys: dict[str, tuple[str
         cols.append(pl.coalesce(pl.col("pid"), f("pid").cast(pl.Int64, strict=False)).alias("pid"))
     if "partial" in g:
         cols.append(pl.when(hit).then(f("partial") == "P").otherwise(pl.col("_partial")).alias("_partial"))
+    if "stream" in g:
+        cols.append(pl.when(hit).then(f("stream")).otherwise(pl.col("_rstream")).alias("_rstream"))
     when_us, utc, prec = _form_time(form, f)
     if when_us is not None:
         new = hit & pl.col("_o_us").is_null() & when_us.is_not_null()  # the outermost time is kept
@@ -853,9 +993,16 @@ def _extract_entry(
 
 
 def _stream_key() -> pl.Expr:
-    """One writer's lines: a file, or one process of one unit on one host."""
+    """One writer's lines: a file (each stream of a CRI file: stdout, stderr), or one process of
+    one unit on one host."""
     return pl.concat_str(
-        [pl.col("source_key"), pl.col("host"), pl.col("unit"), pl.col("pid").cast(pl.String)],
+        [
+            pl.col("source_key"),
+            pl.col("host"),
+            pl.col("unit"),
+            pl.col("pid").cast(pl.String),
+            pl.col("_rstream"),
+        ],
         separator="|",
         ignore_nulls=True,
     )
@@ -863,20 +1010,20 @@ def _stream_key() -> pl.Expr:
 
 def _join_pieces(df: pl.DataFrame) -> pl.DataFrame:
     """Records split in several lines become one record again (the first line's body holds the
-    whole text; the other pieces keep their message, with an empty body, as continuations):
-    CRI partial lines (`P`), journald's LineMax splits, and lines a terminal or a reporter wrapped
-    onto indented lines. A piece whose first line was in an earlier batch stays as it is.
+    whole text; the other pieces keep their message, with an empty body, as continuations): lines
+    a terminal or a reporter wrapped onto indented lines, and CRI partial lines (`P`) inside
+    another outer prefix. A piece whose first line was in an earlier batch stays as it is. (CRI
+    records and journald's LineMax splits were joined before any prefix was read, across batches
+    too: _join_records; their pieces after the first are `_rpiece`.)
     """
-    joins_next = pl.col("_partial").fill_null(False) | pl.col("message").str.len_bytes().is_between(
-        *LINE_MAX_BYTES
-    )
+    joins_next = pl.col("_partial").fill_null(False)
     # Indented lines without a prefix (few: tracebacks, dumps) are the only wrap candidates.
     body = pl.col("body")
     loose = df.filter(~pl.col("_has_prefix") & pl.col("_prefix").is_null()).select("_row", "body")
     wraps = loose.filter(body.str.contains(r"^[ \t]+\S") & ~body.str.contains(NOT_WRAP))["_row"]
     splits = df.select(joins_next.any()).item()
     if not splits and wraps.len() == 0:
-        return df.with_columns(pl.lit(False).alias("_piece"))
+        return df.with_columns(pl.col("_rpiece").alias("_piece"))
     indented = pl.repeat(False, df.height, eager=True).scatter(wraps, True) if wraps.len() else False
     df = df.with_columns(joins_next.alias("_jn"), pl.lit(indented).alias("_ind"))
     # A wrapped line continues the prefixed line above it, through other wrapped lines; a
@@ -914,7 +1061,7 @@ def _join_pieces(df: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit(""))
         .otherwise(pl.col("body"))
     )
-    return df.with_columns(body.alias("body")).drop(
+    return df.with_columns(body.alias("body"), pl.col("_piece") | pl.col("_rpiece")).drop(
         "_jn", "_ind", "_split", "_prev_last", "_ptext", "_head_id", "_added"
     )
 
@@ -1048,8 +1195,11 @@ def _engine_by_lines(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
 
 
 def _continuations(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
-    """cont_of = line_id of the head record for the continuation lines of a multi-line record."""
-    loose = ~pl.col("_has_prefix") & pl.col("entry_idx").is_null()
+    """cont_of = line_id of the head record for the continuation lines of a multi-line record.
+
+    The first piece of a split record (`_rstart`, its text held by its last piece) is its head:
+    never a loose line, whatever its empty text."""
+    loose = ~pl.col("_has_prefix") & pl.col("entry_idx").is_null() & ~pl.col("_rstart")
     # A loose line after a prefixed line ending with ':' (e.g. "debug info:") continues it too.
     # (`:\s*$`: ends with ':' once trailing whitespace is stripped, without copying every body)
     opens = pl.when(~loose).then(pl.col("body").str.contains(r":\s*$"))
@@ -1176,7 +1326,8 @@ def _source_stats(
     of that unit reached (the verdict's window never ends before what was read, even when lines
     are later lost from the database).
     """
-    first = pl.col("cont_of").is_null()
+    # a split record's text is on its last piece (_rhold): that line stands for the record here
+    first = pl.col("cont_of").is_null() & ~pl.col("_rstart") | pl.col("_rhold")
     no_prefix = first & ~pl.col("_has_prefix") & pl.col("_prefix").is_null() & pl.col("entry_idx").is_null()
     no_time = first & pl.col("app_ts_us").is_null() & (pl.col("ts_origin") != "journal")
     inherited = pl.col("ts_origin") == "inherited"
@@ -1247,7 +1398,8 @@ def read_prefixes(records: pl.DataFrame, opts: ParseOptions) -> pl.DataFrame:
     df = _app_time(_strip_prefixes(df, opts, StreamCarry()), opts, StreamCarry())
     return df.select(
         "body", "host", "unit", "pid", "tp_rank", "dp_rank", "app_ts_us", "app_ts_precision_us",
-        pl.col("_partial").fill_null(False).alias("partial"), pl.col("_prefix").alias("prefixes"),
+        (pl.col("_partial").fill_null(False) | pl.col("_rjoins")).alias("partial"),
+        pl.col("_prefix").alias("prefixes"),
     )  # fmt: skip
 
 

@@ -1,4 +1,7 @@
-"""Terminal output of the CLI: summaries, verdicts, timelines (rich, on stdout)."""
+"""Terminal output of the CLI: summaries, verdicts, timelines (rich, on stdout).
+
+rich is imported where something is printed with it, not on import: `--json` and `--check`
+output never load it."""
 
 from __future__ import annotations
 
@@ -7,11 +10,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from pdforensics.ingest import IngestSummary
     from pdforensics.verdict import Verdict
 
@@ -29,6 +30,8 @@ def _console() -> Console:
     # and `:name:` emoji codes are off, so a unit called "[/x]" or ":fire:" prints as itself.
     # (rich.markup.escape is not enough: it prints a trailing backslash twice.)
     # Piped output (no tty) is not cut to rich's 80-column default: a table is as wide as its rows.
+    from rich.console import Console
+
     return Console(file=sys.stdout, highlight=False, soft_wrap=True, emoji=False, width=_width(sys.stdout))
 
 
@@ -45,6 +48,9 @@ def _width(stream: Any) -> int | None:
 
 
 def print_ingest_summary(s: IngestSummary) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     con = _console()
     table = Table(title=Text(f"ingest #{s.ingest_id} into {s.db}"), title_justify="left")
     for col in ("host", "unit", "engine"):  # names wrap in a narrow terminal, never cut to "…"
@@ -143,6 +149,8 @@ def source_notes(s: IngestSummary) -> list[str]:
 
 
 def print_verdict_line(v: Verdict) -> None:
+    from rich.text import Text
+
     data = v.to_json()
     reason = data["reasons"][0] if data["reasons"] else ""
     style = VERDICT_STYLE.get(data["verdict"], "bold")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-SCHEMA_VERSION = 4
+from pdforensics.schema_version import SCHEMA_VERSION  # noqa: F401 - the contract's version (bump it there)
 
 # What every source yields, one row per journal entry or file line.
 RECORD_SCHEMA: dict[str, pl.DataType] = {

@@ -13,26 +13,37 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
 
 from pdforensics import fold
 from pdforensics.errors import DatabaseError
-from pdforensics.schema import EVENT_BASE_COLUMNS, EVENT_FIELDS, LINE_COLUMNS, SCHEMA_VERSION
+from pdforensics.schema_version import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import polars as pl
+
+# polars (and schema.py, which needs it) are imported by the functions that write or return
+# frames: a reader that opens the database for a verdict or a query does not load them.
 
 DEFAULT_DB = "pdforensics.duckdb"
 
-_DUCK_TYPES = {
-    pl.String: "VARCHAR",
-    pl.Int8: "TINYINT",
-    pl.Int16: "SMALLINT",
-    pl.Int32: "INTEGER",
-    pl.Int64: "BIGINT",
-    pl.UInt64: "UBIGINT",
-    pl.Float64: "DOUBLE",
-    pl.Boolean: "BOOLEAN",
-}
+
+def _duck_type(dtype: object) -> str:
+    import polars as pl
+
+    return {
+        pl.String: "VARCHAR",
+        pl.Int8: "TINYINT",
+        pl.Int16: "SMALLINT",
+        pl.Int32: "INTEGER",
+        pl.Int64: "BIGINT",
+        pl.UInt64: "UBIGINT",
+        pl.Float64: "DOUBLE",
+        pl.Boolean: "BOOLEAN",
+    }[type(dtype)]
+
 
 # Text unique per line (message, cursor, rid) is stored zstd-compressed: DuckDB's default string
 # compression (dictionary + FSST, chosen at checkpoint) cost 60 % of the 1M-line store and made the
@@ -101,6 +112,8 @@ _UNIQUE_TEXT = {"rid", "rids"}
 
 
 def _events_ddl() -> str:
+    from pdforensics.schema import EVENT_BASE_COLUMNS, EVENT_FIELDS
+
     base_types = {
         "line_id": "BIGINT NOT NULL", "ts_us": "BIGINT", "app_ts_us": "BIGINT", "host": "VARCHAR",
         "unit": "VARCHAR", "engine": "VARCHAR", "pid": "BIGINT", "invocation_id": "VARCHAR",
@@ -109,7 +122,7 @@ def _events_ddl() -> str:
     }  # fmt: skip
     cols = [f"{c} {base_types[c]}" for c in EVENT_BASE_COLUMNS]
     cols += [
-        f"{name} {_DUCK_TYPES[type(dtype)]}" + (" USING COMPRESSION zstd" if name in _UNIQUE_TEXT else "")
+        f"{name} {_duck_type(dtype)}" + (" USING COMPRESSION zstd" if name in _UNIQUE_TEXT else "")
         for name, dtype in EVENT_FIELDS.items()
     ]
     cols.append("extra JSON USING COMPRESSION zstd")
@@ -328,12 +341,14 @@ MIGRATIONS: dict[int, list[str]] = {
 
 def _add_new_event_fields(con: duckdb.DuckDBPyConnection) -> None:
     """schema.EVENT_FIELDS only grows: a database made before a field existed gets its column (NULL)."""
+    from pdforensics.schema import EVENT_FIELDS
+
     have = {r[0] for r in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'events' AND table_schema = 'main'"
     ).fetchall()}  # fmt: skip
     for name, dtype in EVENT_FIELDS.items():
         if name not in have:
-            con.execute(f"ALTER TABLE events ADD COLUMN {name} {_DUCK_TYPES[type(dtype)]}")
+            con.execute(f"ALTER TABLE events ADD COLUMN {name} {_duck_type(dtype)}")
 
 
 def create_schema(con: duckdb.DuckDBPyConnection, path: Path | str = "") -> None:
@@ -407,6 +422,8 @@ def known_lines(con: duckdb.DuckDBPyConnection, records: pl.DataFrame) -> pl.Dat
     """`source_key, seq, line_id` of the records already stored.
 
     Looks up only each source's seq range, so zone maps keep it cheap."""
+    import polars as pl
+
     empty = pl.DataFrame(schema={"source_key": pl.String(), "seq": pl.Int64(), "line_id": pl.Int64()})
     if records.height == 0:
         return empty
@@ -533,6 +550,8 @@ SOURCE_STATS_COLUMNS = [
 
 
 def save_source_stats(con: duckdb.DuckDBPyConnection, ingest_id: int, stats: pl.DataFrame) -> None:
+    import polars as pl
+
     frame = stats.select(pl.lit(ingest_id, pl.Int32).alias("ingest_id"), *SOURCE_STATS_COLUMNS)
     with transaction(con):
         con.register("_source_stats", frame.to_arrow())
@@ -556,6 +575,10 @@ def store_batch(
 ) -> None:
     """One transaction: the batch's lines, events and rejects, the run's counters and resume marks,
     and the batch folded into the summaries (fold.py)."""
+    import polars as pl
+
+    from pdforensics.schema import LINE_COLUMNS
+
     lines = lines.with_columns(pl.lit(ingest_id, pl.Int32).alias("ingest_id")).select(LINE_COLUMNS)
     rejects = rejects.with_columns(pl.lit(ingest_id, pl.Int32).alias("ingest_id")).select(
         "ingest_id", "source", "position", "reason", "sample"

@@ -1,8 +1,10 @@
 """Requests -> verdict: installs the classification views and assembles their answer.
 
 The rules live in SQL (`queries/views/NN_name.sql`), so a user can read and query them; this
-module sets their parameters (DuckDB session variables), materialises the heavy views once per
-call so each is computed a single time, and turns the rows into a `Verdict` / `Timeline`.
+module sets their parameters (DuckDB session variables), materialises the heavy views so each is
+computed a single time -- once per database state, window and options: the rows are kept beside
+the database (`pdforensics.judgement`) and read back by every later command -- and turns the rows
+into a `Verdict` / `Timeline`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import duckdb
 
-from pdforensics import fleet, store
+from pdforensics import fleet, judgement, store
 from pdforensics.errors import DatabaseError, UsageError
 from pdforensics.paths import queries_dir
 
@@ -41,6 +43,9 @@ SEVERITY = ("watchdog_missed", "inconclusive", "watchdog_fired", "nothing_stuck"
 # is not among them: `requests` computes it once itself (a MATERIALIZED step), and a temporary
 # table of its million rows would cost more to write than to stream.
 _MATERIALISE = ("context", "inflight_gauge", "requests", "verdict")
+# The judgement cache's part each of them is kept in (pdforensics.judgement): the stack is what a
+# verdict needs, `requests` is written when a reader first needs it.
+_PART = {"context": "stack", "inflight_gauge": "stack", "verdict": "stack", "requests": "requests"}
 # What `compute_verdict` needs: the verdict view reads `requests` once (its own MATERIALIZED step)
 # and carries the requests not completed and the watchdog's firings, so a table of every request
 # (the widest, most costly to write) is left to the callers that read it (report, sql).
@@ -50,6 +55,9 @@ VIEWS_KEY = "views_digest"  # meta key: views_digest() of the installed views
 
 # The parameters the shadows were computed with, per connection (see `materialised`).
 _SHADOW_PARAMS: dict[int, tuple[Any, ...]] = {}
+# The shadows `materialised` has in place, per connection: name -> "table" (computed here) or
+# "view" (a temporary view of a kept judgement's rows).
+_SHADOWS: dict[int, dict[str, str]] = {}
 
 
 @dataclass
@@ -136,27 +144,73 @@ def ensure_views(con: duckdb.DuckDBPyConnection) -> None:
         _has_relation(con, "verdict") and _installed_digest(con) == views_digest()
     ):
         return
+    if _read_only(con):  # installing would fail at its first statement
+        _use_overlay(con)
+        return
     try:
         install_views(con)
     except DatabaseError:
         _use_overlay(con)
 
 
+def _read_only(con: duckdb.DuckDBPyConnection) -> bool:
+    row = con.execute(
+        "SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()"
+    ).fetchone()
+    return bool(row and row[0])
+
+
 def _use_overlay(con: duckdb.DuckDBPyConnection) -> None:
     """The overlay catalog as this connection's default, the database's tables behind it; its views
-    installed once per database (the cursors of a connection share its catalogs)."""
+    installed once per database (the cursors of a connection share its catalogs). The overlay is
+    a file of this version's views kept beside the database (`judgement.kept_views`: attaching it
+    costs milliseconds, installing the views a second) when the folder allows, else in memory."""
     data = _current_catalog(con)
-    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {OVERLAY} (READ_WRITE)")
-    con.execute(f"USE {OVERLAY}")
-    path = f"{OVERLAY}.main,{_quoted(data)}.main"
+    attached = con.execute(
+        "SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [OVERLAY]
+    ).fetchone()
+    if not (attached and attached[0]):
+        kept = judgement.kept_views(con, data, views_digest(), functools.partial(_install_overlay, con, data))
+        try:
+            con.execute(
+                f"ATTACH {judgement.sql_literal(kept)} AS {OVERLAY} (READ_ONLY)"
+                if kept is not None
+                else f"ATTACH ':memory:' AS {OVERLAY} (READ_WRITE)"
+            )
+        except duckdb.Error:  # an unreadable file: this version's views in memory, as before
+            con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {OVERLAY} (READ_WRITE)")
+    _search_overlay(con, OVERLAY, data)
+    if _overlay_digest(con) != views_digest():
+        _install_overlay(con, data, OVERLAY)
+
+
+def _search_overlay(con: duckdb.DuckDBPyConnection, overlay: str, data: str) -> None:
+    con.execute(f"USE {overlay}")
+    path = f"{overlay}.main,{_quoted(data)}.main"
     con.execute("SET search_path = '" + path.replace("'", "''") + "'")
-    con.execute(f"CREATE SCHEMA IF NOT EXISTS {_OVERLAY_SCHEMA}")
-    con.execute(f"CREATE TABLE IF NOT EXISTS {_INSTALLED} (digest VARCHAR, data VARCHAR)")
-    installed = con.execute(f"SELECT max(digest) FROM {_INSTALLED}").fetchone()
-    if not installed or installed[0] != views_digest():
+
+
+def _overlay_digest(con: duckdb.DuckDBPyConnection) -> str | None:
+    try:
+        row = con.execute(f"SELECT max(digest) FROM {_INSTALLED}").fetchone()
+    except duckdb.CatalogException:
+        return None
+    return row[0] if row else None
+
+
+def _install_overlay(con: duckdb.DuckDBPyConnection, data: str, overlay: str) -> None:
+    """This version's views into the catalog `overlay` (the in-memory overlay, or a file being kept),
+    bound against the tables of `data`; the connection is left on `overlay`."""
+    _search_overlay(con, overlay, data)
+    try:
         install_views(con, record=False)
-        con.execute(f"DELETE FROM {_INSTALLED}")
-        con.execute(f"INSERT INTO {_INSTALLED} VALUES (?, ?)", [views_digest(), data])
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {overlay}.pdforensics")
+        con.execute(f"CREATE OR REPLACE TABLE {overlay}.pdforensics.installed AS SELECT ? AS digest, ? AS data",
+                    [views_digest(), data])  # fmt: skip
+    finally:
+        if overlay != OVERLAY:  # a file being written: back to the data catalog until it is attached
+            con.execute(f"USE {_quoted(data)}")
+            con.execute("RESET search_path")
 
 
 def _quoted(name: str) -> str:
@@ -208,54 +262,124 @@ def apply_options(con: duckdb.DuckDBPyConnection, opts: VerdictOptions | None) -
 
 
 @contextmanager
-def materialised(con: duckdb.DuckDBPyConnection, views: tuple[str, ...] = _MATERIALISE) -> Iterator[None]:
-    """Shadow the heavy views with temporary tables of their rows for the duration of one answer.
+def materialised(
+    con: duckdb.DuckDBPyConnection, views: tuple[str, ...] = _MATERIALISE, cache: bool = True
+) -> Iterator[None]:
+    """Shadow the heavy views with their rows for the duration of one answer.
 
-    Temporary tables win name resolution over views, so every later view reads the stored rows
-    instead of recomputing them. Works on read-only connections too. Nested calls reuse the outer
-    call's tables while the parameters (session variables) are the same, so a caller can wrap
-    `compute_verdict` and its own queries in one `apply_options` + `materialised` and pay for
-    the views once; with other parameters the tables are recomputed (and kept for the outer call,
-    whose session variables have changed too). `views`: which of them to shadow (in
-    `_MATERIALISE` order); the verdict alone needs no table of `requests` (see `_VERDICT_VIEWS`).
+    Temporary relations win name resolution over views, so every later view reads the rows
+    instead of recomputing them. The rows come from the judgement kept for this database state
+    and these options (`pdforensics.judgement`: a temporary view of the kept table) when there is
+    one; else they are computed into temporary tables here, and kept for the next reader when
+    the connection may keep them (`cache`: False for a connection whose rows must not be kept).
+    Works on read-only connections too. Nested calls reuse the outer call's shadows while the
+    parameters (session variables) are the same, so a caller can wrap `compute_verdict` and its
+    own queries in one `apply_options` + `materialised` and pay for the views once; with other
+    parameters they are replaced (and kept for the outer call, whose session variables have
+    changed too). `views`: which of them to shadow (in `_MATERIALISE` order); the verdict alone
+    needs no table of `requests` (see `_VERDICT_VIEWS`).
     """
     catalog = _current_catalog(con)
+    mine = _SHADOWS.setdefault(id(con), {})
     views_of = "SELECT view_name FROM duckdb_views() WHERE database_name = ? AND NOT internal"
     installed = {r[0] for r in con.execute(views_of, [catalog]).fetchall()}
-    # temporary views (ensure_views) win over the installed ones and are used as they are
-    installed -= {r[0] for r in con.execute(views_of, ["temp"]).fetchall()}
+    # temporary views (the Spark path's, a user's) win over the installed ones and are used as
+    # they are; those of kept judgements are this function's own shadows
+    installed -= {r[0] for r in con.execute(views_of, ["temp"]).fetchall()} - mine.keys()
     shadowed = {
         r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
-    }
+    } | mine.keys()
     names = [n for n in _MATERIALISE if n in installed and (n in views or n in shadowed)]
     params = _params(con) if names else ()
     outermost = not any(n in shadowed for n in names)
-    # an outer call's tables (or the caller's own, which are used as they are) are recomputed, in
-    # dependency order, only when the parameters changed
+    # an outer call's shadows (or the caller's own tables, which are used as they are) are
+    # replaced, in dependency order, only when the parameters changed
     stale = _SHADOW_PARAMS.get(id(con), params) != params
+    todo = [n for n in names if n not in shadowed or stale]
+    kept = judgement.entry(con, data_catalog(con), mine) if cache and todo else None
     made: list[str] = []
+    computed: list[str] = []
     try:
-        for name in names:
+        for name in todo:
+            alias = kept.attach(con, _PART[name]) if kept is not None else None
+            if alias is None or not _shadow_kept(con, name, alias):
+                _shadow(con, catalog, name)
+                computed.append(name)
             if name not in shadowed:
-                _shadow(con, catalog, name)
                 made.append(name)
-            elif stale:
-                _shadow(con, catalog, name)
-        if made or stale:
+        if kept is not None and computed:
+            _keep(con, kept, computed)
+        if todo:
             _SHADOW_PARAMS[id(con)] = params
         yield
     finally:
         for name in reversed(made):
-            con.execute(f'DROP TABLE IF EXISTS temp.main."{name}"')
+            kind = mine.pop(name, "table")
+            con.execute(f'DROP {"VIEW" if kind == "view" else "TABLE"} IF EXISTS temp.main."{name}"')
         if outermost and made:
             _SHADOW_PARAMS.pop(id(con), None)
+        if not mine:
+            _SHADOWS.pop(id(con), None)
+
+
+def is_shadowed(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether `name`'s rows are in place (a temporary table, or a kept judgement's view), so a
+    reader can query it many times without recomputing it."""
+    if name in _SHADOWS.get(id(con), {}):
+        return True
+    row = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?", [name]
+    ).fetchone()
+    return bool(row and row[0])
 
 
 def _shadow(con: duckdb.DuckDBPyConnection, catalog: str, name: str) -> None:
     # The rows' order is never relied on (every reader that needs one says ORDER BY), and writing
     # them unordered is ~15 % cheaper for `requests`; the session's own setting is put back.
+    mine = _SHADOWS.setdefault(id(con), {})
+    if mine.get(name) == "view":  # a kept judgement of other parameters
+        con.execute(f'DROP VIEW IF EXISTS temp.main."{name}"')
     with store.setting(con, "preserve_insertion_order", "false"):
         con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS SELECT * FROM "{catalog}".main."{name}"')
+    mine[name] = "table"
+
+
+def _shadow_kept(con: duckdb.DuckDBPyConnection, name: str, alias: str) -> bool:
+    """`name` shadowed by a view of the kept table; False (nothing changed) when it cannot be read."""
+    mine = _SHADOWS.setdefault(id(con), {})
+    try:
+        con.execute(f'SELECT * FROM {alias}.{judgement.SCHEMA}."{name}" LIMIT 0')
+    except duckdb.Error:  # not a judgement this version reads: computed instead
+        return False
+    if mine.get(name) != "view":  # a table computed for other parameters
+        con.execute(f'DROP TABLE IF EXISTS temp.main."{name}"')
+    con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS SELECT * FROM {alias}.{judgement.SCHEMA}."{name}"')
+    mine[name] = "view"
+    return True
+
+
+# Kept with the stack: the answer relations `verdict_from_relations` reads (thin views over
+# `verdict` and `context`), so a kept verdict is read without the views.
+def _keep(con: duckdb.DuckDBPyConnection, kept: judgement.Entry, computed: list[str]) -> None:
+    """Keep the parts whose every relation was computed by this call (not read from a kept part)."""
+    for part in ("stack", "requests"):
+        names = [n for n in _MATERIALISE if _PART[n] == part]
+        if not set(names) <= set(computed):
+            continue
+        extra = [n for n in ANSWER_RELATIONS if n not in names] if part == "stack" else []
+        try:
+            with judgement.writing(con, kept, part) as out:
+                if out is None:
+                    return  # the folder cannot be written: compute each time, as before
+                with store.setting(con, "preserve_insertion_order", "false"):
+                    for name in names:
+                        con.execute(
+                            f'CREATE TABLE {out}.{judgement.SCHEMA}."{name}" AS FROM temp.main."{name}"'
+                        )
+                    for name in extra:
+                        con.execute(f'CREATE TABLE {out}.{judgement.SCHEMA}."{name}" AS FROM "{name}"')
+        except duckdb.Error:
+            continue  # e.g. the disk filled up: the answer does not depend on keeping it
 
 
 def _params(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
@@ -300,6 +424,8 @@ class Verdict:
     restarts: list[dict[str, Any]] = field(default_factory=list)
     host_offsets: list[dict[str, Any]] = field(default_factory=list)
     observed: list[dict[str, Any]] = field(default_factory=list)
+    # prefill instances other lines name whose own lines are absent (design.md, "Exists")
+    unobserved: list[dict[str, Any]] = field(default_factory=list)
     window_basis: str = "data"
     recovery: str | None = None  # "drained" | "wedged" | "undetermined"; None when nothing fired
     recovery_paths: list[dict[str, Any]] = field(default_factory=list)
@@ -369,6 +495,11 @@ def _request_json(r: dict[str, Any]) -> dict[str, Any]:
         # a firing while its decode was saturated: likely backpressure (None: not a firing, or no load seen)
         "backpressure": r["backpressure"],
         "legs": r["legs"],  # requests sharing the room: a rebootstrap, n > 1, a duplicate room
+        # each side's holder (design.md, "Held"): its prefill and decode host, and which side
+        # still held it at the window end (None: neither)
+        "prefill_host": r.get("p_host"),
+        "decode_host": r.get("d_host"),
+        "holder_at_end": r.get("holder_at_end"),
     }
 
 
@@ -390,13 +521,59 @@ def _times(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | None = None) -> Verdict:
     """The window's verdict, its reasons, counts and every request that did not complete; with
-    several prefill instances, each one's own judgement and the worst of them as the verdict."""
-    ensure_views(con)
+    several prefill instances, each one's own judgement and the worst of them as the verdict.
+
+    Judged once per database state and options: a kept judgement (`pdforensics.judgement`) is read
+    without the views; else the views compute it and it is kept for the next reader."""
     apply_options(con, options)
+    kept = judgement.entry(con, data_catalog(con), _SHADOWS.get(id(con), {}))
+    if kept is not None:
+        if _SHADOWS.get(id(con)):  # inside a caller's `materialised`: its shadows follow the options
+            ensure_views(con)
+            with materialised(con, _VERDICT_VIEWS):
+                found = _kept_verdict(con, kept, options)
+        else:
+            found = _kept_verdict(con, kept, options)
+        if found is not None:
+            return found
+    ensure_views(con)
     with materialised(con, _VERDICT_VIEWS):
         whole = verdict_from_relations(con)
         hosts = fleet.prefill_instances(con)
-    return judged_per_instance(whole, hosts, options, functools.partial(_judge_instance, con))
+        if kept is None or len(hosts) < 2:
+            return judged_per_instance(whole, hosts, options, functools.partial(_judge_instance, con))
+        with judgement.writing(con, kept, "instances") as out:
+            judge = functools.partial(_judge_instance, con, keep=out)
+            return judged_per_instance(whole, hosts, options, judge)
+
+
+def _kept_verdict(
+    con: duckdb.DuckDBPyConnection, kept: judgement.Entry, options: VerdictOptions | None
+) -> Verdict | None:
+    """The verdict from a kept judgement's rows, assembled as from the views'; None when they are
+    not all kept (a fleet's instances are kept apart: the stack may be there without them)."""
+    stack = kept.attach(con, "stack")
+    if stack is None:
+        return None
+    cur = con.cursor()  # its own search path: the kept tables under the views' names
+    try:
+        cur.execute(f"USE {stack}.{judgement.SCHEMA}")
+        whole = verdict_from_relations(cur)
+        hosts = fleet.prefill_instances(cur)
+        rows: dict[str, dict[str, Any]] = {}
+        if len(hosts) > 1:
+            instances = kept.attach(con, "instances")
+            if instances is None:
+                return None
+            for r in _rows(cur, f"SELECT * FROM {instances}.{judgement.SCHEMA}.instance_verdicts"):
+                rows[r.pop(_INSTANCE_HOST)] = r
+            if not set(hosts) <= rows.keys():
+                return None
+    except duckdb.Error:
+        return None
+    finally:
+        cur.close()
+    return judged_per_instance(whole, hosts, options, lambda host, _opts, _vars: _verdict_of(rows[host]))
 
 
 # Judges one prefill instance: (host, its options, the fleet's variables) -> its Verdict.
@@ -409,12 +586,13 @@ def judged_per_instance(
     """The whole window's verdict with each prefill instance's own (`judge`, on whichever engine),
     the worst deciding. One prefill: the window's judgement is that instance's."""
     if len(hosts) < 2:
-        whole.instances = [_instance_json(h, whole) for h in hosts]
+        whole.instances = [_instance_json(h, whole) for h in hosts] + whole.unobserved
         return whole
     offsets = {o["host"]: int(o["offset_us"] or 0) for o in whole.host_offsets}
     judged = [
         _instance_json(h, judge(h, *instance_options(whole, options, offsets.get(h, 0)))) for h in hosts
     ]
+    judged += whole.unobserved
     return _worst_of(whole, sorted(judged, key=lambda i: (SEVERITY.index(i["verdict"]), i["host"])))
 
 
@@ -438,16 +616,56 @@ def instance_options(
     return opts, fleet_vars
 
 
+# The column naming the instance in a kept judgement's `instance_verdicts` (the rest: `verdict`'s).
+_INSTANCE_HOST = "pdf_instance_host"
+
+
 def _judge_instance(
-    con: duckdb.DuckDBPyConnection, host: str, opts: VerdictOptions, fleet_vars: dict[str, Any]
-) -> Verdict:
-    """One prefill instance judged by the same views over its scope (fleet.instance_scope)."""
+    con: duckdb.DuckDBPyConnection, host: str, opts: VerdictOptions, fleet_vars: dict[str, Any],
+    keep: str | None = None,
+) -> Verdict:  # fmt: skip
+    """One prefill instance judged by the same views over its scope (fleet.instance_scope); its
+    `verdict` row also written to the catalog `keep` (a judgement being kept) when given."""
     with fleet.instance_scope(con, host, ensure_views) as cur:
         apply_options(cur, opts)
         for name, value in fleet_vars.items():
             cur.execute(f"SET VARIABLE {name} = ?", [value])
-        with materialised(cur, _VERDICT_VIEWS):
+        # the scope's rows are not the file's: never kept as the file's judgement
+        with materialised(cur, _VERDICT_VIEWS, cache=False):
+            if keep is not None:
+                table = f"{keep}.{judgement.SCHEMA}.instance_verdicts"
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {table} AS SELECT ''::VARCHAR AS {_INSTANCE_HOST}, * "
+                    "FROM verdict LIMIT 0"
+                )
+                cur.execute(f"INSERT INTO {table} SELECT ?::VARCHAR, * FROM verdict", [host])
             return verdict_from_relations(cur)
+
+
+def _unobserved_json(u: dict[str, Any]) -> dict[str, Any]:
+    """A prefill instance only other lines name: in the universe, never judged healthy."""
+    return {
+        "host": u["address"],
+        "engine": "prefill",
+        "verdict": "inconclusive",
+        "observed": False,
+        "named_by": list(u["named_by"]),
+        "lines_naming": int(u["n"]),
+        "watchdog": {
+            "deployed": None,
+            "timeout_s": None,
+            "timeout_source": None,
+            "deployed_basis": "not observed",
+            "firings": 0,
+            "recovery": None,
+        },
+        "evidence_level": None,
+        "counts": {},  # nothing of its own was read: no count can be stated
+        "reasons": [
+            f"no line of its own in the data; named by {int(u['n'])} line(s) ({', '.join(u['named_by'])}): "
+            "what it held is not observed"
+        ],
+    }
 
 
 def _instance_json(host: str, v: Verdict) -> dict[str, Any]:
@@ -511,17 +729,32 @@ ANSWER_RELATIONS = (
 
 def verdict_from_relations(con: duckdb.DuckDBPyConnection) -> Verdict:
     """Assemble a `Verdict` from the rows of `ANSWER_RELATIONS` as `con` resolves them: the
-    installed views, or tables of another engine's results (the Spark path) under those names."""
-    v = _rows(con, "SELECT * FROM verdict")[0]
-    holes = _rows(
-        con,
-        "SELECT hole_id, kind, host, engine, from_t, to_t, detail, covered, suspects, decisive "
-        "FROM coverage ORDER BY from_t",
+    installed views, tables of another engine's results (the Spark path) under those names, or
+    a kept judgement's tables (`pdforensics.judgement`)."""
+    return _verdict_of(
+        _rows(con, "SELECT * FROM verdict")[0],
+        holes=_rows(
+            con,
+            "SELECT hole_id, kind, host, engine, from_t, to_t, detail, covered, suspects, decisive "
+            "FROM coverage ORDER BY from_t",
+        ),
+        anon=_rows(con, "SELECT * FROM anonymous_pins ORDER BY host"),
+        storms=_rows(con, "SELECT * FROM abort_storms ORDER BY from_t"),
+        restarts=_rows(con, "SELECT * FROM engine_restarts ORDER BY stop_t"),
+        offsets=_rows(con, "SELECT * FROM host_offsets ORDER BY host"),
     )
-    anon = _rows(con, "SELECT * FROM anonymous_pins ORDER BY host")
-    storms = _rows(con, "SELECT * FROM abort_storms ORDER BY from_t")
-    restarts = _rows(con, "SELECT * FROM engine_restarts ORDER BY stop_t")
-    offsets = _rows(con, "SELECT * FROM host_offsets ORDER BY host")
+
+
+def _verdict_of(
+    v: dict[str, Any],
+    holes: list[dict[str, Any]] | None = None,
+    anon: list[dict[str, Any]] | None = None,
+    storms: list[dict[str, Any]] | None = None,
+    restarts: list[dict[str, Any]] | None = None,
+    offsets: list[dict[str, Any]] | None = None,
+) -> Verdict:
+    """A `Verdict` from the `verdict` row and the rows of the other answer relations (a fleet
+    instance's kept judgement has its `verdict` row alone: what `_instance_json` reads)."""
     firings = [
         {k: w[k] for k in _FIRING_COLUMNS} | {"bootstrap_room": str(w["bootstrap_room"])}
         for w in v["watchdog_firing_rows"] or []
@@ -544,12 +777,13 @@ def verdict_from_relations(con: duckdb.DuckDBPyConnection) -> Verdict:
         requests=[_request_json(r) for r in v["not_completed"] or []],
         reasons=list(v["reasons"] or []),
         firings=_times(firings),
-        holes=_times(holes),
-        anonymous_pins=_times(anon),
-        abort_storms=_times(storms),
-        restarts=_times(restarts),
-        host_offsets=offsets,
+        holes=_times(holes or []),
+        anonymous_pins=_times(anon or []),
+        abort_storms=_times(storms or []),
+        restarts=_times(restarts or []),
+        host_offsets=offsets or [],
         observed=[_observed_json(o) for o in v["observed"] or []],
+        unobserved=[_unobserved_json(u) for u in v.get("unobserved_prefills") or []],
         window_basis=v["window_basis"],
         recovery=v["recovery"],
         recovery_paths=_recovery_json(v["recovery_rows"] or []),
@@ -572,9 +806,10 @@ _QUEUES = ("inflight", "bootstrap", "transfer", "prealloc", "waiting")
 
 
 def _observed_json(o: dict[str, Any]) -> dict[str, Any]:
-    """One host and engine: the queues its stats lines showed, how often, and the longest stretch
-    of the window it showed nothing (the edges included)."""
-    gap = o["longest_gap_us"]
+    """One host and engine: the queues its stats lines showed, how often, the longest stretch of
+    the window it showed nothing (the edges included), and per incarnation which line shapes
+    (catalog entries) carried which queue: a line without a queue's field does not observe it."""
+    gap, inflight_gap = o["longest_gap_us"], o.get("inflight_gap_us")
     return {
         "host": o["host"],
         "engine": o["engine"],
@@ -584,7 +819,27 @@ def _observed_json(o: dict[str, Any]) -> dict[str, Any]:
         "first_sample": iso(o["first_t"]),
         "last_sample": iso(o["last_t"]),
         "longest_gap_s": None if gap is None else round(gap / 1e6, 3),
+        "inflight_gap_s": None if inflight_gap is None else round(inflight_gap / 1e6, 3),
+        "incarnations": _line_shapes_json(o.get("line_shapes") or []),
     }
+
+
+def _line_shapes_json(shapes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per incarnation: each line shape, its lines, the queues it carried and those it lacked."""
+    out: dict[int, list[dict[str, Any]]] = {}
+    for x in shapes:
+        carried = [q for q in _QUEUES if x[q]]
+        out.setdefault(int(x["incarnation"]), []).append(
+            {"entry": x["entry"], "lines": int(x["lines"]), "carries": carried}
+        )
+    return [
+        {
+            "incarnation": k,
+            "queues": sorted({q for s in v for q in s["carries"]}, key=_QUEUES.index),
+            "line_shapes": v,
+        }
+        for k, v in sorted(out.items())
+    ]
 
 
 def render_text(v: Verdict, max_requests: int = 200) -> str:
@@ -629,6 +884,8 @@ def render_text(v: Verdict, max_requests: int = 200) -> str:
 
 
 def _instance_line(i: dict[str, Any]) -> str:
+    if i.get("observed") is False:
+        return f"  {i['host'] or '?':<20} {i['verdict']:<16} not observed: {i['reasons'][0]}"
     wd, c = i["watchdog"], i["counts"]
     deployed = {True: "watchdog", False: "no watchdog"}.get(wd["deployed"], "watchdog unknown")
     timeout = "?" if wd["timeout_s"] is None else f"{wd['timeout_s']:g} s"
@@ -660,76 +917,125 @@ class Timeline:
         }
 
 
-def _resolve_room(con: duckdb.DuckDBPyConnection, key: str) -> int:
+# Candidates listed when a prefix is ambiguous.
+PREFIX_CANDIDATES = 8
+
+
+def find_request(con: duckdb.DuckDBPyConnection, key: str) -> int:
+    """The bootstrap_room a REQUEST argument names: a room or a rid (either engine's) as typed,
+    else the one room or rid it is a unique prefix of (exports and reports name spans by a rid's
+    first 8 characters: `prefill Req 495bb5cf`). `room_events` is read once, whatever the key."""
     key = key.strip()
-    if key.isdigit():
-        row = con.execute(
-            "SELECT 1 FROM room_events WHERE bootstrap_room = ?::UBIGINT LIMIT 1", [key]
-        ).fetchone()
-        if row:
-            return int(key)
+    if not key:
+        raise UsageError("REQUEST is empty: give a bootstrap_room or a rid (or a unique prefix of one)")
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE _pdf_candidates AS
+           SELECT bootstrap_room, rid, t_us FROM room_events
+           WHERE starts_with(rid, $k) OR starts_with(CAST(bootstrap_room AS VARCHAR), $k)
+              OR bootstrap_room = TRY_CAST($k AS UBIGINT)""",
+        {"k": key},
+    )
+    try:
+        return _pick_request(con, key)
+    finally:
+        con.execute("DROP TABLE IF EXISTS temp.main._pdf_candidates")
+
+
+def _pick_request(con: duckdb.DuckDBPyConnection, key: str) -> int:
+    # exact first: the room, then the rid (its first line), then a unique prefix of either
+    room = "SELECT 1 FROM _pdf_candidates WHERE bootstrap_room = ?::UBIGINT LIMIT 1"
+    if key.isdigit() and con.execute(room, [key]).fetchone():
+        return int(key)
     row = con.execute(
-        "SELECT bootstrap_room FROM room_events WHERE rid = ? ORDER BY t_us LIMIT 1", [key]
+        "SELECT bootstrap_room FROM _pdf_candidates WHERE rid = ? ORDER BY t_us LIMIT 1", [key]
     ).fetchone()
     if row:
         return int(row[0])
-    raise UsageError(f"no request with bootstrap_room or rid {key!r} in the database")
+    rows = con.execute(
+        """SELECT DISTINCT bootstrap_room, CASE WHEN starts_with(rid, $k) THEN rid END AS rid
+           FROM _pdf_candidates
+           WHERE starts_with(rid, $k) OR starts_with(CAST(bootstrap_room AS VARCHAR), $k)
+           ORDER BY 1, 2 LIMIT 200""",
+        {"k": key},
+    ).fetchall()
+    rooms = sorted({r[0] for r in rows})
+    if len(rooms) == 1:
+        return int(rooms[0])
+    if not rooms:
+        raise UsageError(
+            f"no request with bootstrap_room or rid {key!r} (or starting with it) in the database"
+        )
+    names = [r[1] or str(r[0]) for r in rows]
+    shown = ", ".join(dict.fromkeys(names[:PREFIX_CANDIDATES]))
+    more = f", … ({len(rooms)} requests)" if len(rooms) > PREFIX_CANDIDATES else ""
+    raise UsageError(f"{key!r} is the start of several requests: {shown}{more}; type more of it")
 
 
 def request_timeline(
     con: duckdb.DuckDBPyConnection, room_or_rid: str, options: VerdictOptions | None = None
 ) -> Timeline:
-    """One request's timeline: both engines' lines in reference-clock order, its phases and class."""
+    """One request's timeline: both engines' lines in reference-clock order, its phases and class.
+    `room_or_rid`: as `find_request` takes it. The heavy views come from the kept judgement (or
+    are computed once, for every query here); `room_events` is read twice: to find the request,
+    then its lines."""
     ensure_views(con)
     apply_options(con, options)
-    room = _resolve_room(con, room_or_rid)
-    req = _rows(con, "SELECT * FROM requests WHERE bootstrap_room = ?::UBIGINT", [str(room)])
-    if not req:
-        raise UsageError(f"request {room_or_rid!r} is outside the window")
-    phases = _rows(
-        con,
-        "SELECT phase, engine, t_us AS at_t, basis FROM request_phases "
-        "WHERE bootstrap_room = ?::UBIGINT ORDER BY t_us, phase",
-        [str(room)],
-    )
-    lines = _rows(
-        con,
-        """
-        WITH mine AS (
-            SELECT line_id, host, engine, ts_us, t_us, event, tp_rank, rid, NULL AS note FROM room_events
-            WHERE bootstrap_room = ?::UBIGINT
-        ),
-        shutdown AS (
-            -- `Gracefully exiting ... remaining_rids=[...]` lines that list its decode rid
-            SELECT e.line_id, e.host, e.engine, e.ts_us, e.t_us, e.event, e.tp_rank, NULL AS rid, NULL AS note
-            FROM evt AS e
-            WHERE e.event = 'graceful_exit' AND e.rids IS NOT NULL
-              AND EXISTS (SELECT 1 FROM mine AS m WHERE m.engine = e.engine AND m.rid IS NOT NULL
-                          AND position(m.rid IN e.rids) > 0)
-        ),
-        restarts AS (
-            SELECT NULL::BIGINT AS line_id, host, engine, NULL::BIGINT AS ts_us, stop_t AS t_us,
-                   'engine_' || kind AS event, NULL::SMALLINT AS tp_rank, NULL AS rid,
-                   format('{} {}: down from {} to {} ({})', engine, kind, pdf_ts(stop_t),
-                          coalesce(pdf_ts(up_t), 'the window end'), how) AS note
-            FROM engine_restarts
-            WHERE stop_t BETWEEN (SELECT min(t_us) FROM mine) - 600000000 AND (SELECT max(t_us) FROM mine) + 600000000
-        ),
-        allrows AS (SELECT * FROM mine UNION ALL SELECT * FROM shutdown UNION ALL SELECT * FROM restarts)
-        SELECT a.t_us AS at_t, a.ts_us AS host_clock_t, a.host, a.engine, i.incarnation, i.identity,
-               a.tp_rank, a.event, coalesce(l.message, a.note, '') AS message
-        FROM allrows AS a
-        LEFT JOIN lines AS l ON l.line_id = a.line_id
-        ASOF LEFT JOIN incarnations AS i
-          ON i.host = a.host AND i.engine = a.engine AND coalesce(a.ts_us, a.t_us) >= i.start_us
-        ORDER BY a.t_us, a.engine, a.tp_rank NULLS FIRST
-        """,
-        [str(room)],
-    )
+    with materialised(con):
+        room = find_request(con, room_or_rid)
+        req = _rows(con, "SELECT * FROM requests WHERE bootstrap_room = ?::UBIGINT", [str(room)])
+        if not req:
+            raise UsageError(f"request {room_or_rid!r} is outside the window")
+        phases = _rows(
+            con,
+            "SELECT phase, engine, t_us AS at_t, basis FROM request_phases "
+            "WHERE bootstrap_room = ?::UBIGINT ORDER BY t_us, phase",
+            [str(room)],
+        )
+        con.execute(
+            """CREATE OR REPLACE TEMP TABLE _pdf_timeline_room AS
+               SELECT line_id, host, engine, ts_us, t_us, event, tp_rank, rid FROM room_events
+               WHERE bootstrap_room = ?::UBIGINT""",
+            [str(room)],
+        )
+        try:
+            lines = _rows(con, _TIMELINE_LINES)
+        finally:
+            con.execute("DROP TABLE IF EXISTS temp.main._pdf_timeline_room")
     r = req[0]
     return Timeline(
         bootstrap_room=str(room), request=r, phases=phases, lines=lines, evidence=evidence_text(r)
     )
+
+
+# The request's lines (_pdf_timeline_room), the shutdown lines that name its rid, and the restarts
+# around it, with their incarnation.
+_TIMELINE_LINES = """
+WITH mine AS (SELECT *, NULL AS note FROM _pdf_timeline_room),
+shutdown AS (
+    -- `Gracefully exiting ... remaining_rids=[...]` lines that list its decode rid
+    SELECT e.line_id, e.host, e.engine, e.ts_us, e.t_us, e.event, e.tp_rank, NULL AS rid, NULL AS note
+    FROM evt AS e
+    WHERE e.event = 'graceful_exit' AND e.rids IS NOT NULL
+      AND EXISTS (SELECT 1 FROM mine AS m WHERE m.engine = e.engine AND m.rid IS NOT NULL
+                  AND position(m.rid IN e.rids) > 0)
+),
+restarts AS (
+    SELECT NULL::BIGINT AS line_id, host, engine, NULL::BIGINT AS ts_us, stop_t AS t_us,
+           'engine_' || kind AS event, NULL::SMALLINT AS tp_rank, NULL AS rid,
+           format('{} {}: down from {} to {} ({})', engine, kind, pdf_ts(stop_t),
+                  coalesce(pdf_ts(up_t), 'the window end'), how) AS note
+    FROM engine_restarts
+    WHERE stop_t BETWEEN (SELECT min(t_us) FROM mine) - 600000000 AND (SELECT max(t_us) FROM mine) + 600000000
+),
+allrows AS (SELECT * FROM mine UNION ALL SELECT * FROM shutdown UNION ALL SELECT * FROM restarts)
+SELECT a.t_us AS at_t, a.ts_us AS host_clock_t, a.host, a.engine, i.incarnation, i.identity,
+       a.tp_rank, a.event, coalesce(l.message, a.note, '') AS message
+FROM allrows AS a
+LEFT JOIN lines AS l ON l.line_id = a.line_id
+ASOF LEFT JOIN incarnations AS i
+  ON i.host = a.host AND i.engine = a.engine AND coalesce(a.ts_us, a.t_us) >= i.start_us
+ORDER BY a.t_us, a.engine, a.tp_rank NULLS FIRST
+"""
 
 
 def _fmt_t(t_us: int | None) -> str:

@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 REAL_LOGS = REPO.parent / "shared" / "real-logs"
@@ -48,3 +54,113 @@ def log(tmp_path: Path):
     db = Log(tmp_path / "hand.duckdb")
     yield db
     db.close()
+
+
+# ------------------------------------------------------------------ built once per test run
+
+# Databases (and other inputs) that cost seconds to build are built once per test run and shared
+# by every test file and every pytest-xdist worker: in a folder of the run's base temp directory
+# (`pytest-N/`, the workers' common parent), each under a file lock, marked complete by `.done`.
+# Shared databases are opened read-only; a test that writes takes its own copy (`private_copy`).
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of this test run that every xdist worker shares."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Callable[[Path], Any]], Path]:
+    """built(key, build) -> a folder that `build(folder)` filled, once per test run for that key."""
+    root = run_root(tmp_path_factory) / "built"
+    root.mkdir(exist_ok=True)
+
+    def _get(key: str, build: Callable[[Path], Any]) -> Path:
+        out = root / key
+        if (out / ".done").exists():
+            return out
+        with _locked(root / f"{key}.lock"):
+            if not (out / ".done").exists():
+                if out.exists():  # a build that failed half-way (its test failed with it)
+                    shutil.rmtree(out)
+                out.mkdir()
+                build(out)
+                (out / ".done").touch()
+        return out
+
+    return _get
+
+
+@pytest.fixture(scope="session")
+def scenario_db(built) -> Callable[[str, str], Path]:
+    """scenario_db(recipe, scenario) -> that scenario ingested by that recipe (tests/scenario_dbs.py),
+    shared: open it read-only."""
+    import scenario_dbs
+
+    def _get(recipe: str, scenario: str) -> Path:
+        recipe = scenario_dbs.same_as(recipe, scenario)
+        make = scenario_dbs.RECIPES[recipe]
+        return built(f"{recipe}-{scenario}", lambda out: make(scenario, out / "db.duckdb")) / "db.duckdb"
+
+    return _get
+
+
+def private_copy(db: Path, folder: Path) -> Path:
+    """A copy of a shared database for a test that writes to it."""
+    out = folder / db.name
+    shutil.copyfile(db, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[Any]:
+    """One local SparkSession for every Spark test of this process (the JVM takes 10-50 s to start;
+    the translated views are kept per process too: pdforensics.spark.run). The Spark tests are one
+    xdist group (`xdist_group("spark")`), so one worker starts it."""
+    from pdforensics.spark import session
+
+    why = session.spark_available()
+    if why:
+        pytest.skip(why)
+    s = session.local_session()
+    yield s
+    s.stop()
+
+
+# ------------------------------------------------------------------ no time limits, a time table
+
+# Hypothesis: no per-example deadline (the machine's load varies; no test enforces a time limit),
+# the same examples every run (derandomized), no example database. A test's own settings add to this.
+settings.register_profile("pdforensics", deadline=None, derandomize=True, database=None)
+settings.load_profile("pdforensics")
+
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Every phase's time (setup with its fixtures, call, teardown), summed per test file; under
+    xdist the controller sees every worker's reports."""
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """With --durations: the 15 slowest test files too (time summed over their tests' phases)."""
+    if not config.getoption("durations", None) or not _FILE_SECONDS:
+        return
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_sep("=", "slowest 15 test files (seconds summed over their tests)")
+    for path, secs in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{secs:9.1f}s  {100 * secs / total:5.1f}%  {path}")
+    terminalreporter.write_line(f"{total:9.1f}s  summed over every test (wall time: the last line)")

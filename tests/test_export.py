@@ -43,14 +43,17 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module", params=SCENARIOS)
-def scenario_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    db = tmp_path_factory.mktemp(request.param) / "db.duckdb"
-    run_ingest(
-        db=db, since=None, until=None, units=None, directories=None, journal_files=None,
-        files=[fixtures_dir() / request.param / "journal.export"], tz=None, host=None, catalogs=None,
-        watchdog_timeout=None, grace=None, progress=False, now_us=time.time_ns() // 1000,
-    )  # fmt: skip
-    return db
+def scenario_db(request: pytest.FixtureRequest, built) -> Path:
+    """The scenario's journal.export through `ingest --file`, once per test run (shared: read it only)."""
+
+    def build(out: Path) -> None:
+        run_ingest(
+            db=out / "db.duckdb", since=None, until=None, units=None, directories=None, journal_files=None,
+            files=[fixtures_dir() / request.param / "journal.export"], tz=None, host=None, catalogs=None,
+            watchdog_timeout=None, grace=None, progress=False, now_us=time.time_ns() // 1000,
+        )  # fmt: skip
+
+    return built(f"export-{request.param}", build) / "db.duckdb"
 
 
 def do_export(db: Path, fmt: str, out: Path, opts: VerdictOptions | None = OPTS) -> Path:

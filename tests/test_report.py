@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from html import escape
 from pathlib import Path
@@ -218,23 +219,34 @@ def test_small_limits_sample_and_say_so(synth_db: Path, tmp_path: Path) -> None:
 def test_views_are_computed_once_for_the_verdict_and_the_report(
     synth_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pdforensics import verdict
+    from pdforensics import judgement, verdict
 
     made: list[str] = []
     shadow = verdict._shadow
     monkeypatch.setattr(
         verdict, "_shadow", lambda con, cat, name: (made.append(name), shadow(con, cat, name))
     )
-    con = store.open_db(synth_db, read_only=True)
-    try:
-        write_report(con, tmp_path / "r.html", OPTS)
-        left = {
-            r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
-        }
-    finally:
-        con.close()
+    shutil.rmtree(judgement.folder_of(synth_db), ignore_errors=True)  # judged by an earlier test
+
+    def report() -> set[str]:
+        con = store.open_db(synth_db, read_only=True)
+        try:
+            write_report(con, tmp_path / "r.html", OPTS)
+            return {
+                r[0]
+                for r in con.execute(
+                    "SELECT table_name FROM duckdb_tables() WHERE temporary UNION ALL "
+                    "SELECT view_name FROM duckdb_views() WHERE temporary AND NOT internal"
+                ).fetchall()
+            }
+        finally:
+            con.close()
+
+    left = report()
     assert sorted(made) == sorted(set(made)) and "requests" in made  # each heavy view once
     assert not left  # no temp table (shadow or report copy) outlives the report
+    made.clear()
+    assert not report() and made == [], "the next report reads the kept judgement: nothing computed"
 
 
 def test_capped_tables_say_how_many_rows_they_embed(synth_db: Path, tmp_path: Path) -> None:

@@ -27,12 +27,8 @@ from pathlib import Path
 import pytest
 
 from pdforensics import store
-from pdforensics.catalog import load_catalog
-from pdforensics.ingest import ingest
 from pdforensics.paths import fixtures_dir
-from pdforensics.sources import Selection, Window
-from pdforensics.sources.detect import open_file_source
-from pdforensics.sources.journal import JournalSource
+from pdforensics.sources import Window
 from pdforensics.verdict import VerdictOptions, compute_verdict
 
 SCENARIOS = sorted(p.name for p in fixtures_dir().iterdir() if (p / "expected.json").is_file())
@@ -42,11 +38,6 @@ FLAGS = ("abort_race", "across_restart", "one_sided")
 JOURNAL_ONLY = {"journald_suppression"}
 # Classes whose count the verdict's `counts` must state exactly (each request in one class).
 COUNTED = ("watchdog_fired", "silent_pin", "undecided")
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog()
 
 
 def expected_of(scenario: str, source: str = "journal") -> dict:
@@ -170,37 +161,24 @@ def cases(names: list[str]) -> list:
     ]
 
 
-@pytest.mark.parametrize("scenario", cases(SCENARIOS))
-def test_journal_file(scenario: str, tmp_path: Path, catalog, make_journal) -> None:
-    exp = expected_of(scenario)
-    journal = make_journal((fixtures_dir() / scenario / "journal.export").read_bytes(), "incident.journal")
-    db = tmp_path / "j.duckdb"
-    for window in windows(exp):
-        ingest(db, [JournalSource("files", [journal])], Selection(window=window), catalog)
-    check(db, exp, f"{scenario} (.journal)")
+# The databases are built once per test run and shared (tests/scenario_dbs.py: one ingest run per
+# `ingests` window, as a user stores them): `journal_runs` from a real .journal file, `json_runs`
+# from journal.json, `plain_runs` from the plain per-unit logs with each host's zone.
 
 
 @pytest.mark.parametrize("scenario", cases(SCENARIOS))
-def test_json_lines(scenario: str, tmp_path: Path, catalog) -> None:
-    exp = expected_of(scenario)
-    db = tmp_path / "json.duckdb"
-    for window in windows(exp):
-        source = open_file_source(fixtures_dir() / scenario / "journal.json")
-        ingest(db, [source], Selection(window=window), catalog)
-    check(db, exp, f"{scenario} (json)")
+def test_journal_file(scenario: str, scenario_db) -> None:
+    check(scenario_db("journal_runs", scenario), expected_of(scenario), f"{scenario} (.journal)")
+
+
+@pytest.mark.parametrize("scenario", cases(SCENARIOS))
+def test_json_lines(scenario: str, scenario_db) -> None:
+    check(scenario_db("json_runs", scenario), expected_of(scenario), f"{scenario} (json)")
 
 
 @pytest.mark.parametrize("scenario", cases(sorted(set(SCENARIOS) - JOURNAL_ONLY)))
-def test_plain_logs(scenario: str, tmp_path: Path, catalog) -> None:
-    exp = expected_of(scenario, "plain")
-    db = tmp_path / "plain.duckdb"
-    for window in windows(exp):
-        for log in sorted((fixtures_dir() / scenario / "plain").glob("*.log")):
-            host = next(h for h in exp["hosts"] if log.name.startswith(h + "-"))
-            unit = log.stem[len(host) + 1 :]
-            source = open_file_source(log, host=host, unit=unit)
-            ingest(db, [source], Selection(window=window), catalog, tz=exp["hosts"][host]["tz"])
-    check(db, exp, f"{scenario} (plain)")
+def test_plain_logs(scenario: str, scenario_db) -> None:
+    check(scenario_db("plain_runs", scenario), expected_of(scenario, "plain"), f"{scenario} (plain)")
 
 
 def test_plain_overrides_only_where_the_input_differs() -> None:
@@ -254,10 +232,8 @@ DECISIVE_LINES = {
 
 
 @pytest.mark.parametrize("scenario", sorted(DECISIVE_LINES))
-def test_decisive_lines_are_recognised(scenario: str, tmp_path: Path, catalog) -> None:
-    db = tmp_path / "lines.duckdb"
-    ingest(db, [open_file_source(fixtures_dir() / scenario / "journal.json")], Selection(), catalog)
-    con = store.open_db(db, read_only=True)
+def test_decisive_lines_are_recognised(scenario: str, scenario_db) -> None:
+    con = store.open_db(scenario_db("json", scenario), read_only=True)
     try:
         for needle in DECISIVE_LINES[scenario]:
             rows = con.execute("SELECT event FROM lines WHERE contains(message, ?)", [needle]).fetchall()
@@ -278,9 +254,9 @@ DEPTH_SCENARIOS = (
 )
 
 
-def _unrecognised(scenario: str, db: Path, catalog) -> set[str]:
-    """Messages no catalog entry recognised, without their `[time ranks] ` prefix."""
-    ingest(db, [open_file_source(fixtures_dir() / scenario / "journal.json")], Selection(), catalog)
+def _unrecognised(scenario: str, db: Path) -> set[str]:
+    """Messages no catalog entry recognised in `db` (journal.json ingested), without their
+    `[time ranks] ` prefix."""
     con = store.open_db(db, read_only=True)
     try:
         rows = con.execute("SELECT message FROM lines WHERE event IS NULL").fetchall()
@@ -297,8 +273,8 @@ def _unrecognised(scenario: str, db: Path, catalog) -> set[str]:
 
 
 @pytest.mark.parametrize("scenario", DEPTH_SCENARIOS)
-def test_every_new_line_is_recognised(scenario: str, tmp_path: Path, catalog) -> None:
+def test_every_new_line_is_recognised(scenario: str, scenario_db) -> None:
     """The issue-14 scenarios add no line the catalog misses: what stays unrecognised is the startup
     noise `healthy` has too (another program's ExecStartPre output, a library's ANSI warning, …)."""
-    known = _unrecognised("healthy", tmp_path / "healthy.duckdb", catalog)
-    assert _unrecognised(scenario, tmp_path / "s.duckdb", catalog) <= known
+    known = _unrecognised("healthy", scenario_db("json", "healthy"))
+    assert _unrecognised(scenario, scenario_db("json", scenario)) <= known

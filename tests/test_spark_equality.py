@@ -7,8 +7,10 @@ for reading), and the lists inside rows exactly, in order (an ordered list() is 
 list). A view named not portable (tests/golden/spark/NOT_PORTABLE.tsv) is not compared; the test
 asserts the list of portable views is what Spark installed, so a view that stops installing fails.
 
-One SparkSession for the whole module (the JVM takes 10-50 s to start; its JIT and Spark's
-caches make the fixtures after the first 2-3x cheaper). Grouped by the `spark` marker:
+One SparkSession for every Spark test (tests/conftest.py `spark_session`; the JVM takes 10-50 s to
+start; its JIT and Spark's caches make the fixtures after the first 2-3x cheaper): the Spark tests
+are one xdist group, run by one worker. Each fixture's database is the shared `json` one
+(tests/scenario_dbs.py), built once per test run. Grouped by the `spark` marker:
 `./dev test -m spark`; skipped where pyspark or Java is missing.
 """
 
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +28,12 @@ from pdforensics import verdict
 from pdforensics.paths import fixtures_dir
 from pdforensics.spark import session
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 _WHY = session.spark_available()
 if _WHY:
     pytest.skip(_WHY, allow_module_level=True)
 
-from pdforensics.catalog import load_catalog  # noqa: E402
-from pdforensics.ingest import ingest  # noqa: E402
-from pdforensics.sources import Selection  # noqa: E402
-from pdforensics.sources.detect import open_file_source  # noqa: E402
 from pdforensics.spark import run  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden" / "spark"
@@ -51,11 +48,9 @@ FIXTURES = (
 )
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    s = session.local_session()
-    yield s
-    s.stop()
+@pytest.fixture
+def spark(spark_session: Any) -> Any:
+    return spark_session
 
 
 def not_portable() -> set[str]:
@@ -109,10 +104,8 @@ def fixture_options(name: str) -> verdict.VerdictOptions:
 
 
 @pytest.mark.parametrize("fixture", FIXTURES)
-def test_every_view_equals_duckdb_on_fixture(fixture: str, spark, tmp_path: Path) -> None:
-    db = tmp_path / "f.duckdb"
-    ingest(db, [open_file_source(fixtures_dir() / fixture / "journal.json")], Selection(), load_catalog())
-    compare_all(spark, db, tmp_path / "parquet", fixture_options(fixture))
+def test_every_view_equals_duckdb_on_fixture(fixture: str, spark, scenario_db, tmp_path: Path) -> None:
+    compare_all(spark, scenario_db("json", fixture), tmp_path / "parquet", fixture_options(fixture))
 
 
 def test_rooms_above_2_63_and_null_rooms_and_rids(spark, tmp_path: Path) -> None:

@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 
 from pdforensics.spark import session
-from tests.test_spark_verdict import cli, ingested, timeout_args, write_layout
+from tests.test_spark_verdict import cli, timeout_args, write_layout
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 FIXTURE = "decode_restart_watchdog_fires"
 
 
-def test_spark_submit_job_equals_duckdb_verdict(tmp_path: Path) -> None:
+def test_spark_submit_job_equals_duckdb_verdict(scenario_db, tmp_path: Path) -> None:
     why = session.spark_available()
     if why:
         pytest.skip(why)
     submit = Path(sys.executable).parent / "spark-submit"
-    db = ingested(FIXTURE, tmp_path)
+    db = scenario_db("json", FIXTURE)
     root = write_layout(db, tmp_path / "pq")
     out = tmp_path / "verdict.json"
     from pdforensics.spark import job

@@ -4,7 +4,9 @@ Parquet layout of `ingest --parquet` give the same `--json` as DuckDB's verdict;
 
 The Parquet folder is written here from a DuckDB file by `write_layout` (the contract's layout,
 lines and events hive-partitioned by pdf_host/pdf_hour), standing in for `ingest --parquet` until
-that lands. One SparkSession for the module: the CLI, run in-process, uses it.
+that lands. One SparkSession for every Spark test (tests/conftest.py `spark_session`, the Spark
+tests are one xdist group): the CLI, run in-process, uses it. Each fixture's database is the shared
+`json` one (tests/scenario_dbs.py), built once per test run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,8 @@ import duckdb
 import pytest
 
 from pdforensics.paths import fixtures_dir
-from pdforensics.spark import session
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 ROOT = Path(__file__).resolve().parent.parent
 # different verdicts and classes: nothing_stuck, a watchdog firing across a decode restart, abort storms
@@ -59,17 +59,6 @@ def write_layout(db: Path, out: Path) -> Path:
     return out
 
 
-def ingested(name: str, tmp: Path) -> Path:
-    from pdforensics.catalog import load_catalog
-    from pdforensics.ingest import ingest
-    from pdforensics.sources import Selection
-    from pdforensics.sources.detect import open_file_source
-
-    db = tmp / f"{name}.duckdb"
-    ingest(db, [open_file_source(fixtures_dir() / name / "journal.json")], Selection(), load_catalog())
-    return db
-
-
 def timeout_args(name: str) -> list[str]:
     exp = json.loads((fixtures_dir() / name / "expected.json").read_text())
     t = exp.get("verdict_options", {}).get("watchdog_timeout_s")
@@ -85,21 +74,16 @@ def cli(*args: str) -> tuple[int, str]:
     return res.exit_code, res.stdout
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    why = session.spark_available()
-    if why:
-        pytest.skip(why)
-    s = session.local_session()
-    yield s
-    s.stop()
+@pytest.fixture
+def spark(spark_session: Any) -> Any:
+    return spark_session
 
 
-def test_layout_reads_back_as_the_tables(tmp_path: Path) -> None:
+def test_layout_reads_back_as_the_tables(scenario_db, tmp_path: Path) -> None:
     """The stand-in writer's layout gives the database's tables back exactly (rooms UBIGINT)."""
     from pdforensics.spark import engine
 
-    db = ingested("healthy", tmp_path)
+    db = scenario_db("json", "healthy")
     root = write_layout(db, tmp_path / "pq")
     assert (root / "lines").is_dir() and any((root / "lines").glob("pdf_host=*/pdf_hour=*/*.parquet"))
     back = engine.duckdb_schema_of(root, rows=True)
@@ -117,8 +101,8 @@ def test_layout_reads_back_as_the_tables(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fixture", FIXTURES)
-def test_spark_verdict_json_equals_duckdb(fixture: str, spark, tmp_path: Path) -> None:
-    db = ingested(fixture, tmp_path)
+def test_spark_verdict_json_equals_duckdb(fixture: str, spark, scenario_db, tmp_path: Path) -> None:
+    db = scenario_db("json", fixture)
     root = write_layout(db, tmp_path / "pq")
     code_d, out_d = cli("verdict", "--db", str(db), "--json", *timeout_args(fixture))
     code_s, out_s = cli(

@@ -50,14 +50,10 @@ def _plain_sources(name: str) -> list[tuple[object, str]]:
 
 
 @pytest.fixture(scope="module")
-def ingested(tmp_path_factory: pytest.TempPathFactory):
-    """(scenario, form) -> database path, each ingested once per module."""
-    cache: dict[tuple[str, str], Path] = {}
+def ingested(built):
+    """(scenario, form) -> database path, each ingested once per test run (shared: read it only)."""
 
-    def _get(name: str, form: str) -> Path:
-        if (name, form) in cache:
-            return cache[(name, form)]
-        work = tmp_path_factory.mktemp(f"{name}-{form}")
+    def _build(name: str, form: str, work: Path) -> None:
         db = work / "db.duckdb"
         folder = fixtures_dir() / name
         if form == "journal":
@@ -75,8 +71,9 @@ def ingested(tmp_path_factory: pytest.TempPathFactory):
                 )
         finally:
             con.close()
-        cache[(name, form)] = db
-        return db
+
+    def _get(name: str, form: str) -> Path:
+        return built(f"verdict-{form}-{name}", lambda work: _build(name, form, work)) / "db.duckdb"
 
     return _get
 
@@ -207,7 +204,8 @@ def test_a_read_only_database_with_another_versions_views_gets_this_versions_fas
 ) -> None:
     """A database another pdforensics wrote (its stored views differ), opened read-only: this
     version's views answer, from the overlay catalog, and `materialised` still shadows the heavy
-    ones with tables (as temporary views they could not be: every reader recomputed them)."""
+    ones with their rows: tables, or views of a kept judgement's tables (as temporary views of
+    the views they could not be: every reader recomputed them)."""
     fresh = ingested("wedge_after_decode_restart", "json")
     con = store.open_db(fresh, read_only=True)
     try:
@@ -225,10 +223,8 @@ def test_a_read_only_database_with_another_versions_views_gets_this_versions_fas
         assert verdict.compute_verdict(con, verdict.VerdictOptions()).to_json() == want
         verdict.apply_options(con, verdict.VerdictOptions())
         with verdict.materialised(con):
-            tables = {
-                r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()
-            }
-            assert {"context", "inflight_gauge", "requests", "verdict"} <= tables, tables
+            heavy = ("context", "inflight_gauge", "requests", "verdict")
+            assert all(verdict.is_shadowed(con, name) for name in heavy)
         assert con.execute("SELECT count(*) FROM lines").fetchone()[0] > 0, "the tables are the file's"
         assert verdict.data_catalog(con) == "old"
         assert report._meta(con, (0, 1), False)["db"] == "old.duckdb", "the report names the file"

@@ -14,8 +14,9 @@ engine's span of lines in the verdict's window) x 3 lengths (shorter than a time
 timeout + grace, the rest of the window) x both modes = 36 cases. A verdict costs about a second
 on a busy 2-core machine, so by default each (fixture, engine) runs a fixed, rotating ninth of
 its grid (every 9th case, offset by the pair's position: every grid point runs for some pair);
-`PDF_PROPERTY_FULL=1` runs every case. Each fixture is ingested once (json); each case runs in a
-transaction on that database that is rolled back: delete `lines`/`events` rows, insert the
+`PDF_PROPERTY_FULL=1` runs every case. Each fixture is ingested once per test run (json, as
+tests/test_scenarios.py does: tests/scenario_dbs.py `json_runs`, shared), and each test judges its
+own copy; each case runs in a transaction on that copy that is rolled back: delete `lines`/`events` rows, insert the
 suppression entry, rebuild the fold summaries (`fold.rebuild`), `compute_verdict`.
 """
 
@@ -28,13 +29,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from conftest import private_copy
 
 from pdforensics import fold, store
-from pdforensics.catalog import load_catalog
-from pdforensics.ingest import ingest
 from pdforensics.paths import fixtures_dir
-from pdforensics.sources import Selection, Window
-from pdforensics.sources.detect import open_file_source
 from pdforensics.verdict import VerdictOptions, compute_verdict
 
 STARTS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.85)
@@ -59,17 +57,6 @@ FIXTURES = sorted(
 def options(exp: dict) -> VerdictOptions:
     opts = exp.get("verdict_options", {})
     return VerdictOptions(watchdog_timeout_s=opts.get("watchdog_timeout_s"), since_us=opts.get("since_us"))
-
-
-def build_db(name: str, out: Path) -> Path:
-    """The fixture's journal.json ingested as `test_scenarios` does (one run per ingest window)."""
-    exp = expected_of(name)
-    db = out / f"{name}.duckdb"
-    runs = [Window(w["since_us"], w["until_us"]) for w in exp.get("ingests", [])] or [Window()]
-    for window in runs:
-        source = open_file_source(fixtures_dir() / name / "journal.json")
-        ingest(db, [source], Selection(window=window), load_catalog())
-    return db
 
 
 def engine_span(con: duckdb.DuckDBPyConnection, engine: str, since_us: int | None) -> tuple[int, int] | None:
@@ -134,12 +121,6 @@ def engines_of(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in rows if r[0] is not None]
 
 
-@pytest.fixture(scope="module")
-def dbs(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("property")
-    return {name: build_db(name, out) for name in FIXTURES}
-
-
 def test_the_grid_covers_both_modes_and_every_length() -> None:
     """The sampled share still has every kind of stretch for a first and a second engine."""
     for k in (0, 1):
@@ -148,10 +129,10 @@ def test_the_grid_covers_both_modes_and_every_length() -> None:
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_deleting_one_engines_lines_never_earns_nothing_stuck(name: str, dbs: dict[str, Path]) -> None:
+def test_deleting_one_engines_lines_never_earns_nothing_stuck(name: str, scenario_db, tmp_path: Path) -> None:
     exp = expected_of(name)
     opts = options(exp)
-    con = store.open_db(dbs[name])
+    con = store.open_db(private_copy(scenario_db("json_runs", name), tmp_path))
     failures, ran = [], 0
     try:
         for k, engine in enumerate(engines_of(con)):

@@ -21,7 +21,8 @@ BUNDLED = Path(__file__).with_name("prefixes.toml")
 KINDS = ("sglang", "outer", "repair", "clock")
 ZONES = ("utc", "local", "epoch")
 # Named groups a pattern may use, and what parse does with them (see prefixes.toml).
-GROUPS = {"ts", "frac", "tzoff", "epoch_ms", "epoch_s", "host", "unit", "pid", "labels", "partial"}
+GROUPS = {"ts", "frac", "tzoff", "epoch_ms", "epoch_s", "host", "unit", "pid", "labels", "partial",
+          "stream"}  # fmt: skip
 
 
 @dataclass(frozen=True)

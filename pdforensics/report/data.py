@@ -1,9 +1,10 @@
 """Queries behind the report: the classification views and tables → plain dicts and lists.
 
 Every time is on the reference clock (`t_us`, see queries/views/02_clock.sql) in
-UTC microseconds. The heavy views (`requests` among them) are read from the
-temporary tables `verdict.materialised` makes of them, once for the verdict and
-every report part, so a dozen slices of `requests` do not redo the classification.
+UTC microseconds. The heavy views (`requests` among them) are read from the rows
+`verdict.materialised` puts in their place (a kept judgement's, else computed once
+for the verdict and every report part), so a dozen slices of `requests` do not redo
+the classification.
 
 Everything here is bounded by `Limits` so a 100,000-request window still makes a
 small file; whatever is cut is said in `notes`.
@@ -85,6 +86,7 @@ class Ctx:
     notes: list[str] = field(default_factory=list)
     cut_lines: int = 0  # raw lines cut at limits.line_chars
     req: str = "requests"  # the relation the report reads the requests from
+    host_window: tuple[int, int] | None = None  # `time_window`, read once (see _host_window)
 
     def rows(self, sql: str, params: list | None = None) -> list[dict[str, Any]]:
         return query_pl(self.con, sql, params).to_dicts()
@@ -95,14 +97,17 @@ def open_ctx(
 ) -> Ctx:
     """Reads `settings` once and finds the rows of `requests` for the rest of the report.
 
-    Inside `verdict.materialised` (as `build_model` calls it) `requests` is a temporary table and
-    is read as it is; otherwise (its views installed as temporary ones, which it does not shadow)
-    it is copied once, so a dozen slices do not redo the classification each.
+    Inside `verdict.materialised` (as `build_model` calls it) `requests` is a temporary table, or
+    a view of a kept judgement's table, and is read as it is; otherwise (its views installed as
+    temporary ones, which it does not shadow) it is copied once, so a dozen slices do not redo the
+    classification each.
     `fallback` is the window to draw when the data has none (no line in it at all).
     """
     s = query_pl(con, "SELECT * FROM settings").to_dicts()[0]
     req = "requests"
-    if not _is_temp_table(con, "requests"):
+    from pdforensics.verdict import is_shadowed
+
+    if not is_shadowed(con, "requests"):
         con.execute(f"CREATE OR REPLACE TEMP TABLE {REQUEST_COPY} AS SELECT * FROM requests")
         req = REQUEST_COPY
     con.execute("CREATE OR REPLACE TEMP TABLE _rpt_offsets AS SELECT * FROM host_offsets")
@@ -111,13 +116,6 @@ def open_ctx(
     return Ctx(
         con, int(start), int(end), float(s["timeout_s"]), float(s["grace_s"]), limits, show_prompts, req=req
     )
-
-
-def _is_temp_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    row = con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?", [name]
-    ).fetchone()
-    return bool(row and row[0])
 
 
 def close_ctx(ctx: Ctx) -> None:
@@ -139,10 +137,14 @@ def class_counts(ctx: Ctx) -> dict[str, int]:
 
 
 def _host_window(ctx: Ctx) -> tuple[int, int]:
-    r = ctx.rows("SELECT start_us, end_us FROM time_window")[0]
-    if r["start_us"] is None or r["end_us"] is None:  # no line at all: an empty range
-        return 0, -1
-    return int(r["start_us"]), int(r["end_us"])
+    """The window on the hosts' own clocks (`time_window`: it reads the lines, so once per report)."""
+    if ctx.host_window is None:
+        r = ctx.rows("SELECT start_us, end_us FROM time_window")[0]
+        if r["start_us"] is None or r["end_us"] is None:  # no line at all: an empty range
+            ctx.host_window = (0, -1)
+        else:
+            ctx.host_window = (int(r["start_us"]), int(r["end_us"]))
+    return ctx.host_window
 
 
 # ------------------------------------------------------------------ gauges

@@ -44,8 +44,11 @@ def prefill_stats(
     boot: int,
     inflight: int,
     thr: float,
+    gauge: bool = True,
 ) -> str:
     v = eng.version
+    if not gauge:  # a build whose batch line is the unified layout: no PD queue fields
+        return unified_prefill_stats(new_seq, new_tok, usage, queue, thr)
     head = f"#new-seq: {new_seq}, #new-token: {new_tok}, #cached-token: {cached}, "
     usage_msg = prefill_usage(eng, usage)
     if v < (0, 5, 4):  # 0.5.3: printed when the batch is scheduled, no throughput

@@ -70,6 +70,9 @@ class EngineCfg:
     bootstrap_timeout_s: float | None = None  # SGLang's own SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT fires
     hears_prefill_failure: bool = False  # decode: a prefill watchdog release reaches it (it fails the room)
     log_requests_until: float = INF  # a runtime `Config logging` turns --log-requests off here
+    # from here on its `Prefill batch` lines lack #bootstrap-req / #inflight-req (a restart onto a
+    # build that logs the unified layout): its inflight queue is no longer observed
+    gauge_until: float = INF
     http_port: int = 30000
     bootstrap_port: int = 8998
     syslog_identifier: str = "python3"
@@ -232,6 +235,9 @@ class World:
     table: pl.DataFrame | None = None  # every request and its outcome, after sim.run()
     fire_states: dict[int, str] = field(default_factory=dict)  # room -> KVPoll state a firing names
     decode_stuck: set[int] = field(default_factory=set)  # rooms whose decode receiver never completes
+    # rooms whose KV lands and whose decode finishes, but whose prefill sender never sees Success:
+    # the prefill holds them in its inflight queue (a completion the sender missed)
+    sender_blind: set[int] = field(default_factory=set)
     hinted: bool = False  # the bootstrap-timeout hint (warning_once) was printed
     # DeepSeek-V4 rebootstrap legs (upstream-0.5.23.md §1.2 B): prefill rid (= the decode's rid) -> the
     # decode host's IP that POSTs it; the room is already bootstrapped

@@ -130,7 +130,7 @@ def simulate_plain(
     w, sc, built = run_world(name, now_us, seed, scale)
     for old in (out / "plain").glob("*.log"):  # a regeneration must not keep files of another run
         old.unlink()
-    sink = PlainSink(w, out / "plain")
+    sink = PlainSink(w, out / "plain", cri_line_max=sc.plain_cri_line_max)
     try:
         _render(w, sc, built, [sink])
     finally:

@@ -64,6 +64,8 @@ class Scenario:
     # per-request keys the verdict's row must hold: (class, key, value) for every listed room of that class
     details: tuple[tuple[str, str, object], ...] = ()
     stuck_elsewhere: bool = False  # the verdict must name a queue stuck outside the watchdog's
+    # The plain files are CRI pod logs whose runtime cuts lines at this many bytes (writer.cri_records)
+    plain_cri_line_max: int | None = None
 
 
 def dsv4(role: str, host: Host, version: tuple[int, int, int], tp: int, **kw) -> EngineCfg:
@@ -1240,6 +1242,133 @@ _DEPTH = [
 ]
 SCENARIOS.update({s.name: s for s in _DEPTH})
 
+
+# ---- the evidence model (issue 26): a hold ends where the holder says so ---------------------------
+
+
+def _sender_blind(log_requests: bool) -> Callable[[World], Built]:
+    """Two requests whose KV lands and whose decode finishes while the prefill's sender never sees
+    Success: the prefill holds them in its inflight queue, with no further line, to the window end."""
+
+    def build(w: World) -> Built:
+        host = w.host("dsv4-node-03", tz_min=0)
+        pre = dsv4("prefill", host, V0_5_14, 4, log_requests=log_requests)
+        dec = dsv4("decode", host, V0_5_14, 4, log_requests=log_requests)
+        p = B.running_proc(w, pre)
+        d = B.running_proc(w, dec)
+        end = 330.0
+        B.health_checks(w, pre, -60.0, end)
+        B.health_checks(w, dec, -60.0, end)
+        B.traffic(w, pre, dec, -60.0, end, rate=1 / 12)
+        for t in (96.3, 131.8):
+            w.sender_blind.add(_pinned(w, t, pre, out_len=120).room)
+        return Built(pre, dec, [p], [d])
+
+    return build
+
+
+def build_two_hung_sends_fired(w: World) -> Built:
+    """1P1D, watchdog armed at 60 s: two KV sends hang one after the other (their holds overlap),
+    the watchdog fires on both; the decode fails each when it hears, so its transfer queue never
+    empties between the first send and the second firing."""
+    pre, dec = _patched_pair(w, "dsv4-node-27", tz_min=0, ip="10.0.27.1")
+    dec.hears_prefill_failure = True
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    B.traffic(w, pre, dec, d.t_ready + 2, end, rate=1 / 12)
+    for t in (104.2, 139.6):
+        _pinned(w, t, pre).pin = True
+    return Built(pre, dec, [p], [d])
+
+
+GAUGELESS_RESTART = 150.0
+
+
+def build_restart_onto_gaugeless_build(w: World) -> Built:
+    """L0: the prefill is restarted onto a build whose `Prefill batch` lines lack the PD queue
+    fields; traffic flows on, and nothing of its inflight queue is seen to the window end."""
+    hp = w.host("glm-p02", tz_min=480, ip="10.0.8.12")
+    hd = w.host("glm-d02", tz_min=480, skew_s=0.008, ip="10.0.8.22")
+    pre = glm("prefill", hp, health_generate=True)
+    dec = glm("decode", hd)
+    p = B.running_proc(w, pre)
+    d = B.running_proc(w, dec)
+    end = 330.0
+    p2 = B.restart(w, p, GAUGELESS_RESTART, kill_after=None, exit_after=4.0, ready_after=30.0)
+    pre.gauge_until = p2.t_ready
+    B.health_checks(w, pre, -60.0, end, interval=20.0)
+    B.health_checks(w, dec, -60.0, end, interval=20.0)
+    B.traffic(w, pre, dec, -60.0, GAUGELESS_RESTART - 3.0, rate=1 / 10)
+    B.traffic(w, pre, dec, p2.t_ready + 2.0, end, rate=1 / 10)
+    return Built(pre, dec, [p, p2], [d])
+
+
+SCENARIOS.update(
+    {
+        s.name: s
+        for s in [
+            Scenario(
+                "two_hung_sends_fired",
+                "Patched 0.5.18 pair (watchdog armed at 60 s, L1): two NIXL sends hang ~35 s apart, so their "
+                "holds overlap; the watchdog force-fails each at dwell ~60.4 s and the decode fails each as it "
+                "hears: its transfer queue stays at 1 or more for ~95 s, held by one named request, then the other.",
+                build_two_hung_sends_fired,
+                verdict="watchdog_fired",
+                evidence_level="L1",
+                watchdog_timeout_s=60,
+                watchdog_deployed=True,
+                notes="Each instance is charged with its own (design.md): a queue held by named requests "
+                "the watchdog released is explained by them, one after the other, and decides nothing.",
+            ),
+            Scenario(
+                "restart_onto_gaugeless_build",
+                "The prefill is restarted mid-window (a rollback, 0.5.10 GLM-4.5, TP8 EP8, default INFO) onto a "
+                "build whose `Prefill batch` lines carry no #bootstrap-req / #inflight-req: traffic flows on "
+                "for ~150 s, and no line shows its inflight queue after the restart.",
+                build_restart_onto_gaugeless_build,
+                verdict="inconclusive",
+                evidence_level="L0",
+                watchdog_timeout_s=60,
+                watchdog_deployed=False,
+                verdict_options={"watchdog_timeout_s": 60},
+                reasons_contain=("carry no #inflight-req",),
+                notes='Observation is per queue (design.md, "Observed"): a batch line without the field '
+                "observes the running queue, not the inflight one, so the new incarnation's queue is unobserved "
+                "to the window end and nothing may be called healthy there.",
+            ),
+            Scenario(
+                "prefill_holds_decode_finished",
+                "The prefill keeps two requests the decode finished (0.5.14 without the watchdog, TP4+TP4, "
+                "L1): their KV landed and the decode logged Finish:, but the prefill's sender never saw "
+                "Success, so it logs no Finish: and counts them in #inflight-req to the window end.",
+                _sender_blind(True),
+                verdict="watchdog_missed",
+                evidence_level="L1",
+                watchdog_timeout_s=60,
+                watchdog_deployed=None,
+                verdict_options={"watchdog_timeout_s": 60},
+                notes="A decode completion proves the KV arrived; it never releases the prefill's hold "
+                '(design.md, "Held"): both rooms are `silent_pin` although the decode completed them.',
+            ),
+            Scenario(
+                "prefill_holds_decode_finished_l0",
+                "The same two requests the decode finished and the prefill holds, at the default log level "
+                "(L0): only the #inflight-req floor of 2 that never drains shows them.",
+                _sender_blind(False),
+                verdict="watchdog_missed",
+                evidence_level="L0",
+                watchdog_timeout_s=60,
+                watchdog_deployed=None,
+                verdict_options={"watchdog_timeout_s": 60},
+                notes="The L1 scenario with the request log off: the same answer from the gauge alone "
+                "(more evidence never makes the answer greener).",
+            ),
+        ]
+    }
+)
+
 SCENARIOS["fleet_16_hosts"] = Scenario(
     "fleet_16_hosts",
     "A fleet (0.5.18, DeepSeek-V4-Flash, TP4, NIXL, L1): 8 prefill and 8 decode instances on 16 hosts behind "
@@ -1261,3 +1390,50 @@ SCENARIOS["fleet_16_hosts"] = Scenario(
 )
 
 __all__ = ["SCENARIOS", "Built", "Event", "Scenario"]
+
+
+# ---- a pod log with `P` records split inside numbers ----------------------------------------------
+
+# containerd's max_container_log_line_size for these pods (its default, 16 KiB, no simulated line
+# reaches): a Receive: line (its room at byte 576 with the prefill's address 10.0.0.5) is cut 6
+# digits into a 19-digit room, so the next `P`/`F` record starts with 13 digits and a comma.
+CRI_LINE_MAX = 582
+
+
+def build_cri_split_records(w: World) -> Built:
+    """Kubernetes pods (0.5.18 without the watchdog patch, TP4+TP4, L1, UTC clocks): prefill and
+    decode pods on two nodes; two NIXL transfers hang and are held to the window end."""
+    hp = w.host("sglang-prefill-0", tz_min=0, ip="10.0.0.5")
+    hd = w.host("sglang-decode-0", tz_min=0, ip="10.0.0.6")
+    pre = dsv4("prefill", hp, V0_5_18, 4, access_log_health=False)
+    dec = dsv4("decode", hd, V0_5_18, 4, http_port=30000, access_log_health=False, health_generate=False)
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0)
+    end = 330.0
+    B.health_checks(w, pre, p.t_ready, end)
+    B.health_checks(w, dec, d.t_ready, end)
+    B.traffic(w, pre, dec, d.t_ready + 2, end, rate=1 / 16)
+    for t in (120.4, 122.9):
+        _pinned(w, t, pre).pin = True
+    return Built(pre, dec, [p], [d])
+
+
+SCENARIOS["cri_split_records"] = Scenario(
+    "cri_split_records",
+    "A pod log with `P` records split inside numbers: Kubernetes pods (0.5.18 without the watchdog, "
+    "TP4+TP4, L1) whose runtime cuts lines at 582 bytes, so every Receive: line's room number is split "
+    "between a `P` record and the next one, which starts with 13 digits and a comma; two NIXL transfers "
+    "hang and stay pinned in the prefill inflight queue to the window end.",
+    build_cri_split_records,
+    verdict="watchdog_missed",
+    evidence_level="L1",
+    watchdog_timeout_s=60,
+    watchdog_deployed=False,
+    verdict_options={"watchdog_timeout_s": 60},
+    plain_cri_line_max=CRI_LINE_MAX,
+    notes="The plain files are the pods' CRI logs (`<UTC time> stderr|stdout P|F <text>`): each line "
+    "longer than 582 bytes is cut into `P` records of 582 bytes and a last `F` one, at any byte; a "
+    "Receive: line's cut falls 6 digits into its room, leaving `NNNNNNNNNNNNN, bootstrap_pair_key=…` "
+    "(the shape of a CloudWatch CSV line) in the next record. The pins arrive at ~120 s and ~123 s "
+    "and are held to the end (`silent_pin`); the journal holds the same lines whole.",
+)

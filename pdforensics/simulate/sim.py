@@ -237,7 +237,8 @@ def _release(df: pl.DataFrame, eng: EngineCfg, dprocs: list[Proc], w: World) -> 
     base = pl.col("p_inf") + pl.col("xfer")
     sigterm = _inf(_by_proc(dprocs, pl.col("d_proc"), "t_sigterm"))
     frozen = pl.col("to_d") & (base >= sigterm)  # the decode is draining: the KV never lands
-    pin = ran & ~pl.col("hc") & (pl.col("pin") | frozen)
+    blind = pl.col("room").is_in(sorted(w.sender_blind)) & ~frozen  # the KV lands; Success is never seen
+    pin = ran & ~pl.col("hc") & (pl.col("pin") | frozen | blind)
     abort_in = ran & ~pl.col("hc") & ~pin & (pl.col("abort_t") < base)
     race = abort_in & ~pl.col("abort_lands")  # decode aborted, prefill never hears of it
     df = df.with_columns(pin=pin | race, inflight_abort=abort_in & pl.col("abort_lands"))
@@ -268,9 +269,9 @@ def _release(df: pl.DataFrame, eng: EngineCfg, dprocs: list[Proc], w: World) -> 
         .then(pl.max_horizontal("abort_t", "p_inf") + 0.004)
         .otherwise(base)
     )
-    return df.with_columns(p_out=out, p_rel=rel).with_columns(
-        fire_t=pl.when(pl.col("p_out") == "watchdog").then(pl.col("p_rel")).otherwise(INF)
-    )
+    return df.with_columns(
+        p_out=out, p_rel=rel, kv_t=pl.when(ran & blind & ~pl.col("hc")).then(base).otherwise(INF)
+    ).with_columns(fire_t=pl.when(pl.col("p_out") == "watchdog").then(pl.col("p_rel")).otherwise(INF))
 
 
 def _bootstrap_timeout(df: pl.DataFrame, eng: EngineCfg) -> pl.DataFrame:
@@ -414,6 +415,7 @@ def prefill_gauges(w: World, df: pl.DataFrame, eng: EngineCfg, pprocs: list[Proc
                 boot=bisect_right(boot_in, t) - bisect_right(boot_out, t),
                 inflight=inflight,
                 thr=tokens / max(t - prev if prev > -INF else 1.0, 1e-3),
+                gauge=t < eng.gauge_until,
             )
             w.emit(t + 0.0003, p.stream, body, ranks)
             prev = t
@@ -428,6 +430,8 @@ def simulate_decode(w: World, df: pl.DataFrame, eng: EngineCfg, dprocs: list[Pro
     t_end = _inf(_by_proc(dprocs, pl.col("d_proc"), "t_end"))
     alive = pl.col("to_d") & ~pl.col("hc503")
     kv = (pl.col("p_out") == "ok") & (pl.col("p_rel") < sigterm)
+    if w.sender_blind:  # the KV landed at kv_t although the prefill still holds the request
+        kv = kv | (pl.col("kv_t") < sigterm)
     if w.decode_stuck:  # the prefill sent it (Success); the decode receiver never completes
         kv = kv & ~pl.col("room").is_in(sorted(w.decode_stuck))
     join = (
@@ -436,7 +440,7 @@ def simulate_decode(w: World, df: pl.DataFrame, eng: EngineCfg, dprocs: list[Pro
         .when(pl.col("hc"))
         .then(pl.col("d_pre") + 0.0015)
         .when(kv)
-        .then(pl.col("p_rel") + 0.002 + 0.004 * uniform(k + 6))
+        .then(pl.min_horizontal("p_rel", "kv_t") + 0.002 + 0.004 * uniform(k + 6))
         .otherwise(INF)
     )
     df = df.with_columns(d_join=join)

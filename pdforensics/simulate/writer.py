@@ -314,14 +314,50 @@ def _json_escaped(body: pl.Series) -> pl.Series:
     return body.scatter(idx, fixed)
 
 
+def cri_records(
+    part: pl.DataFrame, text: pl.Series, over: dict[int, bytes], size: int
+) -> tuple[pl.Series, dict]:
+    """The lines (``text`` row for row with ``part``; ``over``: rows given as bytes) as a CRI
+    runtime writes a pod's log (containerd, ``/var/log/pods/NS_POD_UID/CONTAINER/N.log``):
+    ``<RFC 3339 UTC receive time> <stream> <P|F> <text>``. A line longer than ``size`` bytes
+    (containerd's ``max_container_log_line_size``) is cut into ``P`` records of ``size`` bytes, at
+    any byte, and a last ``F`` one. SGLang's logger writes to stderr; prints and other programs'
+    lines (no SGLang prefix) to stdout."""
+    ts = pl.col("ts")
+    whole = (ts - ts % 1_000_000).cast(pl.Datetime("us")).dt.strftime("%Y-%m-%dT%H:%M:%S")
+    frac = (ts % 1_000_000 * 1000).cast(pl.String).str.pad_start(9, "0").str.strip_chars_end("0")
+    head = pl.concat_str(
+        [
+            whole,
+            pl.when(frac != "").then(pl.concat_str([pl.lit("."), frac])).otherwise(pl.lit("")),
+            pl.lit("Z "),
+            pl.when(pl.col("prefix") != "").then(pl.lit("stderr")).otherwise(pl.lit("stdout")),
+            pl.lit(" "),
+        ]
+    )
+    heads = part.select(head).to_series()
+    long = (text.str.len_bytes() > size).arg_true().to_list()
+    out = {}
+    for r in sorted(set(long) | set(over)):
+        data = over[r].removesuffix(b"\n") if r in over else text[r].encode()
+        pieces = [data[k : k + size] for k in range(0, len(data), size)] or [b""]
+        lead = heads[r].encode()
+        out[r] = b"".join(
+            lead + (b"P " if k < len(pieces) - 1 else b"F ") + piece + b"\n" for k, piece in enumerate(pieces)
+        )
+    return pl.select(pl.concat_str([pl.lit(heads), pl.lit("F "), pl.lit(text)])).to_series(), out
+
+
 @dataclass
 class PlainSink:
-    """One file per (host, unit): what the SGLang process itself printed, local-time prefixes and all."""
+    """One file per (host, unit): what the SGLang process itself printed, local-time prefixes and all.
+    With ``cri_line_max``, as a CRI runtime wrote it (see :func:`cri_records`)."""
 
     w: World
     out: Path
     lines: int = 0
     handles: dict[str, BinaryIO] = field(default_factory=dict)
+    cri_line_max: int | None = None
 
     def __post_init__(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -343,7 +379,10 @@ class PlainSink:
                 f = self.handles[name] = open(self.out / name, "wb")  # noqa: SIM115
             bins = part.with_row_index("row").filter(pl.col("bin").is_not_null())
             over = {r: raw[b] + b"\n" for r, b in bins.select("row", "bin").iter_rows()}
-            write_rows(f, part.select(pl.concat_str(["prefix", "body"])).to_series(), over)
+            text = part.select(pl.concat_str(["prefix", "body"])).to_series()
+            if self.cri_line_max:
+                text, over = cri_records(part, text, over, self.cri_line_max)
+            write_rows(f, text, over)
             self.lines += part.height
 
     def close(self) -> None:

@@ -14,11 +14,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import polars as pl
+if TYPE_CHECKING:
+    import polars as pl
 
-from pdforensics.schema import empty_records, empty_rejects
+# polars (and schema.py) load with the first batch, not with `Window`, which every command's
+# options use (timewindow.py): a `verdict` or `sql` never reads a source.
+
+
+def empty_records() -> pl.DataFrame:
+    from pdforensics.schema import empty_records
+
+    return empty_records()
+
+
+def empty_rejects() -> pl.DataFrame:
+    from pdforensics.schema import empty_rejects
+
+    return empty_rejects()
 
 
 @dataclass

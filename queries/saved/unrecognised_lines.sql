@@ -12,6 +12,8 @@ WITH unrecognised AS (
             '(0x)?[0-9a-fA-F]*[0-9][0-9a-fA-F]*', 'N', 'g') AS shape
     FROM lines
     WHERE event IS NULL AND parse_error IS NULL AND cont_of IS NULL
+      -- the first piece of a record split into several (CRI `P`): its last piece holds the event
+      AND line_id NOT IN (SELECT cont_of FROM lines WHERE cont_of IS NOT NULL AND event IS NOT NULL)
 )
 SELECT
     host,

@@ -592,10 +592,11 @@ queue_islands AS (
     FROM queue_samples WHERE value IS NOT NULL
 ),
 frozen AS MATERIALIZED (
-    SELECT x.host, x.engine, x.queue, x.dp_rank, x.tp_rank, x.value, x.from_t, x.to_t, x.samples
+    SELECT x.host, x.engine, x.queue, x.dp_rank, x.tp_rank, x.value, x.from_t, x.to_t, x.samples, x.sample_ts
     FROM (
+        -- sample_ts: the stretch's sample times, where the verdict checks which requests held it
         SELECT host, engine, queue, dp_rank, tp_rank, island, min(value) AS value,
-            min(t_us) AS from_t, max(t_us) AS to_t, count(*) AS samples
+            min(t_us) AS from_t, max(t_us) AS to_t, count(*) AS samples, list(t_us ORDER BY t_us) AS sample_ts
         FROM queue_islands WHERE value > 0 GROUP BY ALL
     ) AS x
     JOIN (
@@ -755,16 +756,23 @@ silent AS (
 -- floor could hide in (a hung scheduler, logs not collected, or simply idle: the verdict decides
 -- whether it matters). Stretches already named as silent-while-traffic-flowed or down are not
 -- repeated.
+-- Observation is per queue (design.md, "Observed"): a batch line observes the inflight queue only
+-- when it carries `#inflight-req` (the gauge `samples`); one of a build whose line lacks the field
+-- observes the running queue, not this one.
 queue_seen AS MATERIALIZED (
-    SELECT e.host, e.sec * 1000000 - any_value(coalesce(o.offset_us, 0)) AS lo_t,
-        max(e.hi_us) - any_value(coalesce(o.offset_us, 0)) AS hi_t
-    FROM event_secs AS e
-    LEFT JOIN offsets AS o ON o.host = e.host
-    WHERE e.engine = 'prefill'
-      AND e.event IN ('prefill_stats', 'request_received', 'request_finished', 'req_time_stats',
-                      'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',
-                      'watchdog_fired', 'abort_request')
-    GROUP BY e.host, e.sec
+    SELECT host, sec * 1000000 - any_value(off) AS lo_t, max(hi_us) - any_value(off) AS hi_t
+    FROM (
+        SELECT e.host, e.sec, e.hi_us, coalesce(o.offset_us, 0) AS off
+        FROM event_secs AS e
+        LEFT JOIN offsets AS o ON o.host = e.host
+        WHERE e.engine = 'prefill'
+          AND e.event IN ('request_received', 'request_finished', 'req_time_stats',
+                          'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',
+                          'watchdog_fired', 'abort_request')
+        UNION ALL
+        SELECT x.host, x.ts_us // 1000000, x.ts_us, x.ts_us - x.t_us FROM samples AS x
+    )
+    GROUP BY host, sec
 ),
 quiet_gaps AS (
     -- seen_after: the prefill showed its queues again at the silence's end (false: to the window end)
@@ -775,19 +783,41 @@ quiet_gaps AS (
     UNION ALL
     SELECT q.host, max(q.hi_t), any_value(s.end_t), false FROM queue_seen AS q, s GROUP BY q.host
 ),
+-- Batch lines that carry no `#inflight-req` (a build, or a catalog entry, without the field): the
+-- prefill ran batches there, so requests entered a queue no line observed.
+gaugeless AS MATERIALIZED (
+    SELECT coalesce(e.host, '') AS host, e.ts_us - coalesce(o.offset_us, 0) AS t_us, e.entry
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.event = 'prefill_stats' AND e.engine = 'prefill' AND e.inflight_req IS NULL
+),
+-- n: the batch lines without the gauge inside the silence (the queue was in use, unobserved)
 quiet AS (
     SELECT 'prefill_silent' AS kind, g.host, 'prefill' AS engine, NULL AS unit,
-        greatest(g.from_t, s.ctx_start_t) AS from_t, g.to_t, NULL::BIGINT AS n,
-        format('the prefill showed nothing of its queues for {:.0f} s (no batch line, no request line{})',
+        greatest(g.from_t, s.ctx_start_t) AS from_t, g.to_t, nullif(count(x.t_us), 0)::BIGINT AS n,
+        format('the prefill showed nothing of its queues for {:.0f} s (no {}batch line, no request line{}){}',
                (g.to_t - greatest(g.from_t, s.ctx_start_t)) / 1e6,
-               CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END) AS detail,
+               CASE WHEN count(x.t_us) > 0 THEN '#inflight-req in any ' ELSE '' END,
+               CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END,
+               CASE WHEN count(x.t_us) > 0
+                    THEN format(': it ran {} batch(es) whose lines carry no #inflight-req (line shape {}), so its inflight queue was not observed',
+                                count(x.t_us), string_agg(DISTINCT coalesce(x.entry, '?'), ', '))
+                    ELSE '' END) AS detail,
         g.seen_after
-    FROM quiet_gaps AS g, s
+    FROM (
+        -- a restart names its own downtime: the silence counts from the engine's return
+        SELECT g.host, g.to_t, g.seen_after, greatest(g.from_t, max(x.to_t)) AS from_t
+        FROM quiet_gaps AS g
+        LEFT JOIN down AS x ON x.host = g.host AND x.engine = 'prefill' AND x.from_t <= g.to_t AND x.to_t >= g.from_t
+        GROUP BY g.host, g.from_t, g.to_t, g.seen_after
+    ) AS g
+    CROSS JOIN s
+    LEFT JOIN gaugeless AS x ON x.host = g.host AND x.t_us > g.from_t AND x.t_us < g.to_t
     WHERE g.from_t IS NOT NULL AND g.to_t - greatest(g.from_t, s.ctx_start_t) > s.stuck_us AND g.to_t > s.start_t
       AND NOT EXISTS (SELECT 1 FROM silent AS x WHERE x.host = g.host AND x.engine = 'prefill'
                       AND x.from_t <= g.to_t AND x.to_t >= g.from_t)
-      AND NOT EXISTS (SELECT 1 FROM down AS x WHERE x.host = g.host AND x.engine = 'prefill'
-                      AND x.from_t <= g.to_t AND x.to_t >= g.from_t)
+    GROUP BY g.host, g.from_t, g.to_t, g.seen_after, s.ctx_start_t
 ),
 holes_raw AS (
     SELECT * FROM suppressed
@@ -811,16 +841,16 @@ decode_evidence AS MATERIALIZED (
     GROUP BY e.host
 ),
 -- What each engine's stats lines showed of its queues: `observed` in the verdict's JSON.
-stat_samples AS (
+stat_samples AS MATERIALIZED (
     SELECT coalesce(e.host, '') AS host, e.engine, e.ts_us - coalesce(o.offset_us, 0) AS t_us,
-        e.inflight_req, e.bootstrap_req, e.transfer_req, e.prealloc_req, e.queue_req
+        e.inflight_req, e.bootstrap_req, e.transfer_req, e.prealloc_req, e.queue_req, e.ts_us, e.entry
     FROM events AS e
     JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.window_lo_us AND e.ts_us <= hw.hi_us
     LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
     WHERE e.event = 'prefill_stats' AND e.engine = 'prefill'
     UNION ALL
     SELECT coalesce(e.host, '') AS host, e.engine, e.ts_us - coalesce(o.offset_us, 0) AS t_us,
-        NULL, NULL, e.transfer_req, e.prealloc_req, e.queue_req
+        NULL, NULL, e.transfer_req, e.prealloc_req, e.queue_req, e.ts_us, e.entry
     FROM events AS e
     JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.window_lo_us AND e.ts_us <= hw.hi_us
     LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
@@ -839,23 +869,50 @@ request_seen AS (
         GROUP BY e.host, e.engine, e.event)
     GROUP BY ALL
 ),
+-- Which line shapes (catalog entries) carried which queue, per incarnation: a queue is observed by
+-- the lines that carry its field (design.md, "Observed"), and a build whose line lacks it is named.
+line_shapes AS MATERIALIZED (
+    SELECT x.host, x.engine, coalesce(i.incarnation, 1) AS incarnation, x.entry, count(*) AS lines,
+        count(x.inflight_req) AS inflight, count(x.bootstrap_req) AS bootstrap, count(x.transfer_req) AS transfer,
+        count(x.prealloc_req) AS prealloc, count(x.queue_req) AS waiting
+    FROM stat_samples AS x
+    ASOF LEFT JOIN (SELECT host, engine, incarnation, start_us FROM inc) AS i
+      ON i.host = x.host AND i.engine = x.engine AND x.ts_us >= i.start_us
+    GROUP BY ALL
+),
 observed AS MATERIALIZED (
-    -- longest_gap_us: the longest stretch of the window without a stats line, its edges included
+    -- longest_gap_us: the longest stretch of the window without a stats line, its edges included;
+    -- inflight_gap_us: the same for lines carrying #inflight-req (the prefill's inflight queue)
     SELECT coalesce(x.host, r.host) AS host, coalesce(x.engine, r.engine) AS engine,
         coalesce(x.samples, 0) AS samples, x.first_t, x.last_t,
         coalesce(x.inflight, 0) AS inflight, coalesce(x.bootstrap, 0) AS bootstrap,
         coalesce(x.transfer, 0) AS transfer, coalesce(x.prealloc, 0) AS prealloc, coalesce(x.waiting, 0) AS waiting,
         coalesce(r.n, 0) AS request_lines,
-        greatest(x.longest_gap_us, x.first_t - s.start_t, s.end_t - x.last_t) AS longest_gap_us
+        greatest(x.longest_gap_us, x.first_t - s.start_t, s.end_t - x.last_t) AS longest_gap_us,
+        CASE WHEN coalesce(x.engine, r.engine) = 'prefill'
+             THEN coalesce(greatest(x.inflight_gap_us, x.first_inflight_t - s.start_t, s.end_t - x.last_inflight_t),
+                           s.end_t - s.start_t) END AS inflight_gap_us,
+        sh.line_shapes
     FROM (
         SELECT host, engine, count(*) AS samples, min(t_us) AS first_t, max(t_us) AS last_t,
             count(inflight_req) AS inflight, count(bootstrap_req) AS bootstrap, count(transfer_req) AS transfer,
-            count(prealloc_req) AS prealloc, count(queue_req) AS waiting, max(gap) AS longest_gap_us
-        FROM (SELECT *, t_us - lag(t_us) OVER (PARTITION BY host, engine ORDER BY t_us) AS gap FROM stat_samples)
+            count(prealloc_req) AS prealloc, count(queue_req) AS waiting, max(gap) AS longest_gap_us,
+            min(t_us) FILTER (WHERE inflight_req IS NOT NULL) AS first_inflight_t,
+            max(t_us) FILTER (WHERE inflight_req IS NOT NULL) AS last_inflight_t,
+            max(inflight_gap) AS inflight_gap_us
+        FROM (SELECT *, t_us - lag(t_us) OVER (PARTITION BY host, engine ORDER BY t_us) AS gap,
+                  CASE WHEN inflight_req IS NOT NULL
+                       THEN t_us - lag(t_us) OVER (PARTITION BY host, engine, inflight_req IS NOT NULL ORDER BY t_us) END
+                      AS inflight_gap
+              FROM stat_samples)
         GROUP BY ALL
     ) AS x
     FULL JOIN request_seen AS r ON r.host = x.host AND r.engine = x.engine
     CROSS JOIN s
+    LEFT JOIN (
+        SELECT host, engine, list(ls ORDER BY ls.incarnation, ls.entry) AS line_shapes
+        FROM line_shapes AS ls GROUP BY host, engine
+    ) AS sh ON sh.host = coalesce(x.host, r.host) AND sh.engine = coalesce(x.engine, r.engine)
 ),
 tp_ranks AS MATERIALIZED (
     -- how many TP ranks each prefill host has (failure and firing lines come from every rank)
@@ -872,6 +929,51 @@ abort_rooms AS MATERIALIZED (
     JOIN hw ON hw.host = coalesce(a.host, '') AND a.ts_us >= hw.lo_us AND a.ts_us <= hw.hi_us
     JOIN events AS r ON r.engine = a.engine AND r.rid = a.rid AND r.event = 'request_received'
     WHERE a.event IN ('abort_request', 'retract_abort') AND a.bootstrap_room IS NULL AND r.bootstrap_room IS NOT NULL
+),
+-- ------------------------------------------------------------------- the universe of instances
+-- Every prefill instance some line names (design.md, "Exists"): the decode's `bootstrap_host`
+-- (the router puts the prefill's address in both legs) and router lines naming a prefill worker.
+-- A named address that no collected prefill answers to (its own Receive: lines carry it, or it is
+-- the host's name) is an instance whose lines are absent: `unobserved`. Prefill hosts that log no
+-- Receive: (L0) have no known address: only the named addresses beyond their number are surely
+-- another instance's, and then each unknown one is listed (which of them is missing is not known).
+prefill_mentions AS MATERIALIZED (
+    SELECT address, list(DISTINCT named_by ORDER BY named_by) AS named_by, sum(n)::BIGINT AS n
+    FROM (
+        SELECT e.bootstrap_host AS address, format('decode {} (bootstrap_host=)', coalesce(e.host, '?')) AS named_by,
+            count(*) AS n
+        FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+        WHERE e.engine = 'decode' AND e.event IN ('request_received', 'request_received_openai')
+          AND e.bootstrap_host IS NOT NULL AND e.bootstrap_host NOT IN ('', '2.2.2.2')
+        GROUP BY ALL
+        UNION ALL
+        SELECT regexp_extract(e.addr, '^(?:[a-z]+://)?\[?([^\]/:]+)', 1), format('router {} (prefill worker)', coalesce(e.host, '?')),
+            count(*)
+        FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+        WHERE e.event = 'router_log' AND e.addr IS NOT NULL AND json_extract_string(e.extra, '$.worker_role') = 'prefill'
+        GROUP BY ALL
+    )
+    WHERE coalesce(address, '') <> ''
+    GROUP BY address
+),
+prefill_addresses AS MATERIALIZED (
+    SELECT DISTINCT coalesce(e.host, '') AS host, e.bootstrap_host AS address
+    FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+    WHERE e.engine = 'prefill' AND e.event IN ('request_received', 'request_received_openai')
+      AND e.bootstrap_host IS NOT NULL AND e.bootstrap_host NOT IN ('', '2.2.2.2')
+    UNION
+    SELECT DISTINCT host, host FROM seconds WHERE engine = 'prefill'
+),
+unknown_mentions AS MATERIALIZED (
+    SELECT m.* FROM prefill_mentions AS m
+    WHERE m.address NOT IN (SELECT address FROM prefill_addresses)
+),
+unobserved_prefills AS MATERIALIZED (
+    SELECT * FROM unknown_mentions
+    WHERE (SELECT count(*) FROM unknown_mentions) > (
+        -- prefill hosts whose own lines name no address of theirs
+        SELECT count(DISTINCT host) FROM seconds WHERE engine = 'prefill'
+          AND host NOT IN (SELECT host FROM prefill_addresses WHERE address <> host))
 ),
 holes AS MATERIALIZED (
     SELECT
@@ -903,6 +1005,7 @@ SELECT
     coalesce((SELECT list(x ORDER BY x.from_t, x.host, x.queue) FROM frozen AS x), []) AS frozen_queues,
     coalesce((SELECT list(x ORDER BY x.t_us) FROM logging_changes AS x), []) AS logging_changes,
     coalesce((SELECT list(DISTINCT host ORDER BY host) FROM seconds WHERE engine = 'prefill'), []) AS prefill_hosts,
+    coalesce((SELECT list(u ORDER BY u.address) FROM unobserved_prefills AS u), []) AS unobserved_prefills,
     coalesce((SELECT list(a ORDER BY a.line_id, a.room) FROM abort_rooms AS a), []) AS abort_rooms,
     (SELECT list(t ORDER BY t.host) FROM tp_ranks AS t) AS prefill_tp_ranks,
     (SELECT max(last_t) FROM prefill_evidence) AS prefill_evidence_until_t,

@@ -3,7 +3,7 @@
 CREATE OR REPLACE VIEW settings AS
 SELECT * EXCLUDE (host_offsets, incarnations, engine_restarts, host_gauge, holes, engine_coverage, prefill_hosts,
                   abort_rooms, prefill_tp_ranks, observed, prefill_evidence, frozen_queues,
-                  logging_changes, decode_evidence)
+                  logging_changes, decode_evidence, unobserved_prefills)
 FROM context;
 
 CREATE OR REPLACE VIEW watchdog AS
@@ -40,7 +40,12 @@ SELECT unnest(observed, recursive := true) FROM context;
 
 -- Queues other than the prefill inflight queue frozen at a non-zero value past timeout + grace.
 CREATE OR REPLACE VIEW frozen_queues AS
-SELECT unnest(frozen_queues, recursive := true) FROM context;
+SELECT * EXCLUDE (sample_ts) FROM (SELECT unnest(frozen_queues, recursive := true) FROM context);
 
 CREATE OR REPLACE VIEW evidence AS
 SELECT evidence_level FROM context;
+
+-- Prefill instances some line names whose own lines are absent (design.md, "Exists"): the decode's
+-- bootstrap_host, router lines naming a prefill worker.
+CREATE OR REPLACE VIEW unobserved_instances AS
+SELECT unnest(unobserved_prefills, recursive := true) FROM context;

@@ -95,6 +95,18 @@ aggregated AS (
     FROM common
     GROUP BY bootstrap_room
 ),
+-- A room two prefill hosts received (two deployments numbering rooms alike, a room reused): each
+-- host's hold is its own (design.md, "Same request"), so one host's Finish: never ends another's.
+-- The host that received it and logged no end of its own keeps it open.
+split_open AS (
+    SELECT bootstrap_room, arg_min(host, recv_t) AS p_open_host, min(recv_t) AS p_open_recv
+    FROM (
+        SELECT bootstrap_room, host, min(t_us) FILTER (WHERE k = 1) AS recv_t, bool_or(k IN (2, 4)) AS done
+        FROM common WHERE k IN (1, 2, 4) GROUP BY ALL
+    )
+    GROUP BY bootstrap_room
+    HAVING count(*) > 1 AND bool_or(recv_t IS NOT NULL AND NOT done)
+),
 facts AS (
     SELECT * FROM folded
     UNION ALL BY NAME
@@ -190,7 +202,7 @@ rare AS (
 )
 SELECT
     coalesce(f.bootstrap_room, r.bootstrap_room) AS bootstrap_room,
-    coalesce(f.p_host_c, r.p_host_r) AS p_host,
+    coalesce(so.p_open_host, f.p_host_c, r.p_host_r) AS p_host,
     coalesce(f.prefill_rid_c, r.prefill_rid_r) AS prefill_rid,
     least(f.p_recv, f.p_done, f.p_stats_at, r.p_first_r) AS p_first,
     greatest(f.p_last_c, r.p_last_r) AS p_last,
@@ -206,9 +218,10 @@ SELECT
                                           OR r.p_first_r IS NOT NULL THEN 1 ELSE 0 END)
       + greatest(coalesce(f.d_recvs, 0), CASE WHEN coalesce(f.d_host_c, r.d_host_r) IS NOT NULL OR f.d_done IS NOT NULL
                                               OR r.d_first_r IS NOT NULL THEN 1 ELSE 0 END) AS legs,
-    f.p_last_recv,
-    -- a later prefill leg is open: its Receive: came after every prefill end line
-    coalesce(f.p_last_recv > greatest(f.p_last_done, r.p_last_end_r), false) AS p_reopened,
+    coalesce(so.p_open_recv, f.p_last_recv) AS p_last_recv,
+    -- a later prefill leg is open: its Receive: came after every prefill end line; or a second
+    -- prefill host received it and never ended its side
+    coalesce(f.p_last_recv > greatest(f.p_last_done, r.p_last_end_r), false) OR so.p_open_host IS NOT NULL AS p_reopened,
     r.* EXCLUDE (bootstrap_room, debug_lines, p_last_end_r, p_any_abort, p_any_failure, p_any_propagated,
                  d_any_abort, d_any_failure, d_any_propagated, p_host_r, prefill_rid_r, p_first_r, p_last_r,
                  d_host_r, decode_rid_r, d_first_r, d_last_r),
@@ -227,4 +240,5 @@ SELECT
     END AS evidence_level
 -- a room named only by an abort line without its room (context.abort_rooms) has rare lines alone
 FROM facts AS f
-FULL JOIN rare AS r ON r.bootstrap_room = f.bootstrap_room;
+FULL JOIN rare AS r ON r.bootstrap_room = f.bootstrap_room
+LEFT JOIN split_open AS so ON so.bootstrap_room = coalesce(f.bootstrap_room, r.bootstrap_room);

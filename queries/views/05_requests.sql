@@ -41,12 +41,15 @@ SELECT
     f.p_any_failure OR f.d_any_failure
         OR ((f.p_any_propagated OR f.d_any_propagated) AND NOT (f.p_any_abort OR f.d_any_abort)) AS any_failure,
     (f.p_first IS NULL) <> (f.d_first IS NULL) AS one_sided,
-    -- Prefill may still hold it: no prefill terminal line, decode did not complete it, and either
-    -- the prefill saw it or `Decode transfer failed` says the prefill side was past bootstrap.
+    -- Prefill may still hold it (design.md, "Held"): no prefill-side end, and either the prefill
+    -- saw it or `Decode transfer failed` says the prefill side was past bootstrap. A decode
+    -- completion proves the KV arrived; it never releases the prefill's slot (the abort race
+    -- leaves exactly that: a decode done, a prefill sender that never saw Success).
     ((f.p_reopened
       OR least(f.p_done, f.p_stats_at, f.p_boot_failed, f.p_xfer_failed, f.p_finish_abort, f.wd_at, f.wd_reason_at) IS NULL)
-        AND f.d_done IS NULL AND f.d_stats_at IS NULL
         AND (f.p_first IS NOT NULL OR f.d_xfer_failed IS NOT NULL)) AS prefill_may_hold,
+    -- the decode received its KV: by then it had left the prefill's waiting queue
+    least(f.d_done, f.d_stats_at) AS kv_arrived_by,
     CASE WHEN f.p_reopened THEN f.p_last_recv ELSE coalesce(f.p_recv, f.p_first, f.d_xfer_failed) END AS open_start,
     -- the Receive: of the leg the prefill may hold
     CASE WHEN f.p_reopened THEN f.p_last_recv ELSE f.p_recv END AS p_recv_open,
@@ -100,9 +103,13 @@ rs AS MATERIALIZED (
 --                    it says which one holds it (undecided)
 --     pinned         held past the deadline with nothing hiding its end: a silent pin
 held_by_prefill AS MATERIALIZED (
-    SELECT r.bootstrap_room, r.p_recv_open AS p_recv, r.open_start,
-        -- at L0 the room may not name its prefill: with one prefill host it can only be that one
-        coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1 THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
+    SELECT r.bootstrap_room, r.p_recv_open AS p_recv, r.open_start, r.kv_arrived_by,
+        -- at L0 the room may not name its prefill: with one prefill host it can only be that one,
+        -- unless a line names another prefill whose own lines are absent (design.md, "Exists":
+        -- nothing is attributed to an instance, or away from one, by elimination)
+        coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1
+                                 AND (SELECT array_length(unobserved_prefills) FROM c) = 0
+                                THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
         (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts
     FROM rs AS r
     WHERE r.prefill_may_hold
@@ -144,7 +151,8 @@ timed AS MATERIALIZED (
         CASE
             WHEN h.p_recv IS NULL THEN h.open_start
             WHEN sm.last_sample_t IS NULL OR sm.last_sample_t < h.p_recv THEN h.p_recv
-            ELSE d.first_drain_t
+            -- the first empty waiting queue, or the decode's receipt of its KV, whichever is first
+            ELSE least(d.first_drain_t, h.kv_arrived_by)
         END AS pin_start,
         least(c.end_t, g.gone_t) AS obs_end,
         c.stuck_us, c.timeout_us,
@@ -260,7 +268,9 @@ classed AS (
             -- a decode retraction (KV pool full) aborted it: neither a race nor a pin
             WHEN r.d_retracted_at IS NOT NULL THEN 'retracted'
             WHEN r.any_abort THEN 'aborted'
-            WHEN r.status IN ('gone', 'released') OR r.d_gone_t IS NOT NULL THEN 'lost'
+            -- the prefill's hold ended unseen (its incarnation ended, or its queues were later
+            -- empty): gone, unless the decode had already finished it
+            WHEN (r.status IN ('gone', 'released') AND NOT r.d_completed) OR r.d_gone_t IS NOT NULL THEN 'lost'
             -- without any decode line in the window, the prefill's own Finish is all there is to see
             WHEN r.d_completed
                  OR (NOT (SELECT decode_logged FROM c) AND (r.p_done IS NOT NULL OR r.p_stats_at IS NOT NULL)) THEN 'completed'

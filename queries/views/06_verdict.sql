@@ -250,7 +250,10 @@ coverage AS MATERIALIZED (
         coalesce(hit.n, 0) AS suspects,
         coalesce(hit.rooms, []) AS suspect_rooms,
         fl.hole_id IS NOT NULL AS overlaps_open_floor,
-        (NOT h.covered AND (coalesce(hit.n, 0) > 0 OR fl.hole_id IS NOT NULL)) OR coalesce(hit.n_hidden, 0) > 0 AS decisive
+        (NOT h.covered AND (coalesce(hit.n, 0) > 0 OR fl.hole_id IS NOT NULL)) OR coalesce(hit.n_hidden, 0) > 0
+            -- the prefill ran batches whose lines never showed its inflight queue (design.md,
+            -- "Observed"): what entered it there is not observed, named or not
+            OR (h.kind = 'prefill_silent' AND coalesce(h.n, 0) > 0 AND NOT h.covered) AS decisive
     FROM holes AS h
     LEFT JOIN hit USING (hole_id)
     LEFT JOIN floors AS fl USING (hole_id)
@@ -433,18 +436,27 @@ recovery AS (
 -- requests still open at the window end with nothing else said, is stuck where the inflight
 -- watchdog cannot see it.
 frozen_rows AS MATERIALIZED (
-    SELECT f.*, coalesce(x.n, 0) AS explained
+    -- explained: at every sample of the stretch, the named requests the queue's engine held then
+    -- (received, not yet ended on that side; one the watchdog released on the prefill may still sit
+    -- in the decode's transfer queue) — the fewest over its samples. Overlapping holds add up: two
+    -- hung sends, one after the other, explain a queue that never drained between them.
+    SELECT f.* EXCLUDE (sample_ts), coalesce(x.n, 0) AS explained
     FROM (SELECT unnest(frozen_queues, recursive := true) FROM c) AS f
     LEFT JOIN LATERAL (
-        SELECT count(*) AS n FROM rq AS r
-        WHERE r.class <> 'in_flight'
-          AND CASE WHEN f.engine = 'decode'
-                   THEN coalesce(r.d_host, f.host) = f.host
-                        AND coalesce(r.decode_received_t, r.first_t) <= f.from_t + 1000000
-                        AND coalesce(r.decode_end_t >= f.to_t - 1000000, true)
-                   ELSE r.p_host = f.host
-                        AND coalesce(r.prefill_received_t, r.first_t) <= f.from_t + 1000000
-                        AND coalesce(r.prefill_end_t >= f.to_t - 1000000, true) END
+        SELECT min(k.n) AS n FROM (
+            SELECT t.t_us, count(r.bootstrap_room) AS n
+            FROM (SELECT unnest(f.sample_ts) AS t_us) AS t
+            LEFT JOIN rq AS r
+              ON r.class <> 'in_flight'
+             AND CASE WHEN f.engine = 'decode'
+                      THEN coalesce(r.d_host, f.host) = f.host
+                           AND coalesce(r.decode_received_t, r.first_t) <= t.t_us + 1000000
+                           AND coalesce(r.decode_end_t >= t.t_us - 1000000, true)
+                      ELSE r.p_host = f.host
+                           AND coalesce(r.prefill_received_t, r.first_t) <= t.t_us + 1000000
+                           AND coalesce(r.prefill_end_t >= t.t_us - 1000000, true) END
+            GROUP BY t.t_us
+        ) AS k
     ) AS x ON true
 ),
 stuck_rows AS MATERIALIZED (
@@ -596,6 +608,12 @@ reasons AS MATERIALIZED (
             string_agg(CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ' ORDER BY host))
     FROM unobserved HAVING count(*) > 0
     UNION ALL
+    SELECT 31, 'undecided',
+        format('{} prefill instance(s) named by other lines have no line of their own in the data: {}; what they held is not observed (collect their journals: a journal-remote directory missing a host''s file, or a --unit that left them out)',
+            count(*), string_agg(format('{} ({} line(s): {})', address, n, array_to_string(named_by, ', ')), '; ' ORDER BY address))
+    FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c)
+    HAVING count(*) > 0
+    UNION ALL
     SELECT 38, 'undecided',
         format('the watchdog''s timeout is not known (no armed line, no firing line, no --watchdog-timeout): judged against the {} s default, {} request(s) held more than 30 s at the window end ({}) cannot be called healthy; pass --watchdog-timeout',
             any_value(c.timeout_s), count(*), array_to_string(list(r.room ORDER BY r.first_t)[1:5], ', '))
@@ -688,7 +706,7 @@ reasons AS MATERIALIZED (
 not_completed AS (
     SELECT r.bootstrap_room, r.prefill_rid, r.decode_rid, r.class, r.abort_race, r.across_restart, r.one_sided, r.dwell_s,
         r.dwell_basis, r.evidence_level, r.abort_race_outcome, r.prefill_status, r.undecided_reason, r.lost_reason, r.reason,
-        r.first_t, fl.backpressure, r.legs
+        r.first_t, fl.backpressure, r.legs, r.p_host, r.d_host, r.holder_at_end
     FROM rq AS r LEFT JOIN fire_load AS fl USING (bootstrap_room)
     WHERE r.class <> 'completed'
 ),
@@ -718,9 +736,9 @@ clean AS (
         format('nothing was held past the {} s timeout + {} s grace: {} observed through the window ({}){}',
             c.timeout_s, c.grace_s,
             CASE WHEN count(*) = 1 THEN 'the prefill inflight queue was' ELSE format('{} prefills'' inflight queues were', count(*)) END,
-            string_agg(format('{}{} batch line(s), longest gap {:.0f} s',
+            string_agg(format('{}{} batch line(s) with #inflight-req, longest gap {:.0f} s',
                 CASE WHEN o.host = '' THEN '' ELSE o.host || ': ' END, o.inflight,
-                coalesce(o.longest_gap_us, c.end_t - c.start_t) / 1e6), '; ' ORDER BY o.host),
+                coalesce(o.inflight_gap_us, c.end_t - c.start_t) / 1e6), '; ' ORDER BY o.host),
             CASE WHEN any_value(counts.requests) > 0 THEN format(', and all {} request(s) the lines name ended or are younger than the timeout', any_value(counts.requests)) ELSE '' END)
     FROM observed AS o, c, counts, vd
     WHERE o.engine = 'prefill' AND vd.verdict = 'nothing_stuck'
@@ -759,7 +777,7 @@ SELECT
     (SELECT list(w ORDER BY w.fired_t, w.bootstrap_room) FROM firings AS w) AS watchdog_firing_rows,
     (SELECT list(n ORDER BY pdf_class_rank(n.class), n.first_t, n.bootstrap_room) FROM not_completed AS n)
         AS not_completed,
-    c.window_basis, c.observed,
+    c.window_basis, c.observed, c.unobserved_prefills,
     (SELECT recovery FROM recovery) AS recovery,
     (SELECT list(x ORDER BY x.from_t, x.host, x.queue) FROM stuck_rows AS x) AS frozen_queues,
     (SELECT list(x ORDER BY x.first_fire_t) FROM recovery_rows AS x) AS recovery_rows

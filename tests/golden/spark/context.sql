@@ -1345,8 +1345,10 @@ SELECT
   x.value,
   x.from_t,
   x.to_t,
-  x.samples
+  x.samples,
+  x.sample_ts
 FROM (
+  /* sample_ts: the stretch's sample times, where the verdict checks which requests held it */
   SELECT
     host,
     engine,
@@ -1357,7 +1359,47 @@ FROM (
     MIN(value) AS value,
     MIN(t_us) AS from_t,
     MAX(t_us) AS to_t,
-    COUNT(*) AS samples
+    COUNT(*) AS samples,
+    CASE
+      WHEN SIZE(
+        ARRAY_SORT(
+          COLLECT_LIST(STRUCT(t_us AS v, t_us AS k0)),
+          (l, r) -> CASE
+            WHEN l.k0 IS NULL AND r.k0 IS NULL
+            THEN 0
+            WHEN l.k0 IS NULL
+            THEN 1
+            WHEN r.k0 IS NULL
+            THEN -1
+            WHEN l.k0 < r.k0
+            THEN -1
+            WHEN l.k0 > r.k0
+            THEN 1
+            ELSE 0
+          END
+        )
+      ) = 0
+      THEN NULL
+      ELSE TRANSFORM(
+        ARRAY_SORT(
+          COLLECT_LIST(STRUCT(t_us AS v, t_us AS k0)),
+          (l, r) -> CASE
+            WHEN l.k0 IS NULL AND r.k0 IS NULL
+            THEN 0
+            WHEN l.k0 IS NULL
+            THEN 1
+            WHEN r.k0 IS NULL
+            THEN -1
+            WHEN l.k0 < r.k0
+            THEN -1
+            WHEN l.k0 > r.k0
+            THEN 1
+            ELSE 0
+          END
+        ),
+        s -> s.v
+      )
+    END AS sample_ts
   FROM queue_islands
   WHERE
     value > 0
@@ -1487,28 +1529,54 @@ LEFT JOIN context__offsets AS o
 
 CREATE OR REPLACE TEMPORARY VIEW context__queue_seen AS
 SELECT
-  e.host,
-  e.sec * 1000000 - ANY_VALUE(COALESCE(o.offset_us, 0), TRUE) AS lo_t,
-  MAX(e.hi_us) - ANY_VALUE(COALESCE(o.offset_us, 0), TRUE) AS hi_t
-FROM context__event_secs AS e
-LEFT JOIN context__offsets AS o
-  ON o.host = e.host
-WHERE
-  e.engine = 'prefill'
-  AND e.event IN (
-    'prefill_stats',
-    'request_received',
-    'request_finished',
-    'req_time_stats',
-    'prefill_bootstrap_failed',
-    'prefill_transfer_failed',
-    'transfer_error',
-    'watchdog_fired',
-    'abort_request'
-  )
+  host,
+  sec * 1000000 - ANY_VALUE(off, TRUE) AS lo_t,
+  MAX(hi_us) - ANY_VALUE(off, TRUE) AS hi_t
+FROM (
+  SELECT
+    e.host,
+    e.sec,
+    e.hi_us,
+    COALESCE(o.offset_us, 0) AS off
+  FROM context__event_secs AS e
+  LEFT JOIN context__offsets AS o
+    ON o.host = e.host
+  WHERE
+    e.engine = 'prefill'
+    AND e.event IN (
+      'request_received',
+      'request_finished',
+      'req_time_stats',
+      'prefill_bootstrap_failed',
+      'prefill_transfer_failed',
+      'transfer_error',
+      'watchdog_fired',
+      'abort_request'
+    )
+  UNION ALL
+  SELECT
+    x.host,
+    x.ts_us DIV 1000000,
+    x.ts_us,
+    x.ts_us - x.t_us
+  FROM context__samples AS x
+)
 GROUP BY
-  e.host,
-  e.sec;
+  host,
+  sec;
+
+CREATE OR REPLACE TEMPORARY VIEW context__gaugeless AS
+SELECT
+  COALESCE(e.host, '') AS host,
+  e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
+  e.entry
+FROM events AS e
+JOIN context__hw AS hw
+  ON hw.host = COALESCE(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+LEFT JOIN context__offsets AS o
+  ON o.host = COALESCE(e.host, '')
+WHERE
+  e.event = 'prefill_stats' AND e.engine = 'prefill' AND e.inflight_req IS NULL;
 
 CREATE OR REPLACE TEMPORARY VIEW context__prefill_evidence AS
 /* what the prefill side last showed, per host */
@@ -1541,46 +1609,85 @@ WHERE
 GROUP BY
   e.host;
 
+CREATE OR REPLACE TEMPORARY VIEW context__stat_samples AS
+SELECT
+  COALESCE(e.host, '') AS host,
+  e.engine,
+  e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
+  e.inflight_req,
+  e.bootstrap_req,
+  e.transfer_req,
+  e.prealloc_req,
+  e.queue_req,
+  e.ts_us,
+  e.entry
+FROM events AS e
+JOIN context__hw AS hw
+  ON hw.host = COALESCE(e.host, '')
+  AND e.ts_us >= hw.window_lo_us
+  AND e.ts_us <= hw.hi_us
+LEFT JOIN context__offsets AS o
+  ON o.host = COALESCE(e.host, '')
+WHERE
+  e.event = 'prefill_stats' AND e.engine = 'prefill'
+UNION ALL
+SELECT
+  COALESCE(e.host, '') AS host,
+  e.engine,
+  e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
+  NULL,
+  NULL,
+  e.transfer_req,
+  e.prealloc_req,
+  e.queue_req,
+  e.ts_us,
+  e.entry
+FROM events AS e
+JOIN context__hw AS hw
+  ON hw.host = COALESCE(e.host, '')
+  AND e.ts_us >= hw.window_lo_us
+  AND e.ts_us <= hw.hi_us
+LEFT JOIN context__offsets AS o
+  ON o.host = COALESCE(e.host, '')
+WHERE
+  e.event = 'decode_stats' AND e.engine = 'decode';
+
+CREATE OR REPLACE TEMPORARY VIEW context__line_shapes AS
+SELECT
+  x.host,
+  x.engine,
+  COALESCE(i.incarnation, 1) AS incarnation,
+  x.entry,
+  COUNT(*) AS lines,
+  COUNT(x.inflight_req) AS inflight,
+  COUNT(x.bootstrap_req) AS bootstrap,
+  COUNT(x.transfer_req) AS transfer,
+  COUNT(x.prealloc_req) AS prealloc,
+  COUNT(x.queue_req) AS waiting
+FROM context__stat_samples AS x
+LEFT JOIN (
+  SELECT
+    *,
+    LEAD(start_us) OVER (PARTITION BY host, engine ORDER BY start_us NULLS LAST) AS __asof_edge
+  FROM (
+    SELECT
+      host,
+      engine,
+      incarnation,
+      start_us
+    FROM context__inc AS inc
+  ) AS __asof_src
+) AS i
+  ON i.host = x.host
+  AND i.engine = x.engine
+  AND i.start_us <= x.ts_us
+  AND (
+    i.__asof_edge IS NULL OR x.ts_us < i.__asof_edge
+  )
+GROUP BY ALL;
+
 CREATE OR REPLACE TEMPORARY VIEW context__observed AS
-WITH stat_samples /* What each engine's stats lines showed of its queues: `observed` in the verdict's JSON. */ AS (
-  SELECT
-    COALESCE(e.host, '') AS host,
-    e.engine,
-    e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
-    e.inflight_req,
-    e.bootstrap_req,
-    e.transfer_req,
-    e.prealloc_req,
-    e.queue_req
-  FROM events AS e
-  JOIN context__hw AS hw
-    ON hw.host = COALESCE(e.host, '')
-    AND e.ts_us >= hw.window_lo_us
-    AND e.ts_us <= hw.hi_us
-  LEFT JOIN context__offsets AS o
-    ON o.host = COALESCE(e.host, '')
-  WHERE
-    e.event = 'prefill_stats' AND e.engine = 'prefill'
-  UNION ALL
-  SELECT
-    COALESCE(e.host, '') AS host,
-    e.engine,
-    e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
-    NULL,
-    NULL,
-    e.transfer_req,
-    e.prealloc_req,
-    e.queue_req
-  FROM events AS e
-  JOIN context__hw AS hw
-    ON hw.host = COALESCE(e.host, '')
-    AND e.ts_us >= hw.window_lo_us
-    AND e.ts_us <= hw.hi_us
-  LEFT JOIN context__offsets AS o
-    ON o.host = COALESCE(e.host, '')
-  WHERE
-    e.event = 'decode_stats' AND e.engine = 'decode'
-), request_seen AS (
+WITH request_seen AS (
   /* lines that show a PD request's way through the queues: a Receive: with a bootstrap room (a */
   /* non-PD server's have none), a transfer failure, the watchdog */
   SELECT
@@ -1611,7 +1718,8 @@ WITH stat_samples /* What each engine's stats lines showed of its queues: `obser
   )
   GROUP BY ALL
 )
-/* longest_gap_us: the longest stretch of the window without a stats line, its edges included */
+/* longest_gap_us: the longest stretch of the window without a stats line, its edges included; */
+/* inflight_gap_us: the same for lines carrying #inflight-req (the prefill's inflight queue) */
 SELECT
   COALESCE(x.host, r.host) AS host,
   COALESCE(x.engine, r.engine) AS engine,
@@ -1624,7 +1732,15 @@ SELECT
   COALESCE(x.prealloc, 0) AS prealloc,
   COALESCE(x.waiting, 0) AS waiting,
   COALESCE(r.n, 0) AS request_lines,
-  GREATEST(x.longest_gap_us, x.first_t - s.start_t, s.end_t - x.last_t) AS longest_gap_us
+  GREATEST(x.longest_gap_us, x.first_t - s.start_t, s.end_t - x.last_t) AS longest_gap_us,
+  CASE
+    WHEN COALESCE(x.engine, r.engine) = 'prefill'
+    THEN COALESCE(
+      GREATEST(x.inflight_gap_us, x.first_inflight_t - s.start_t, s.end_t - x.last_inflight_t),
+      s.end_t - s.start_t
+    )
+  END AS inflight_gap_us,
+  sh.line_shapes
 FROM (
   SELECT
     host,
@@ -1637,18 +1753,159 @@ FROM (
     COUNT(transfer_req) AS transfer,
     COUNT(prealloc_req) AS prealloc,
     COUNT(queue_req) AS waiting,
-    MAX(gap) AS longest_gap_us
+    MAX(gap) AS longest_gap_us,
+    MIN(t_us) FILTER(WHERE
+      NOT inflight_req IS NULL) AS first_inflight_t,
+    MAX(t_us) FILTER(WHERE
+      NOT inflight_req IS NULL) AS last_inflight_t,
+    MAX(inflight_gap) AS inflight_gap_us
   FROM (
     SELECT
       *,
-      t_us - LAG(t_us) OVER (PARTITION BY host, engine ORDER BY t_us NULLS LAST) AS gap
-    FROM stat_samples
+      t_us - LAG(t_us) OVER (PARTITION BY host, engine ORDER BY t_us NULLS LAST) AS gap,
+      CASE
+        WHEN NOT inflight_req IS NULL
+        THEN t_us - LAG(t_us) OVER (PARTITION BY host, engine, NOT inflight_req IS NULL ORDER BY t_us NULLS LAST)
+      END AS inflight_gap
+    FROM context__stat_samples AS stat_samples
   )
   GROUP BY ALL
 ) AS x
 FULL JOIN request_seen AS r
   ON r.host = x.host AND r.engine = x.engine
-CROSS JOIN context__s AS s;
+CROSS JOIN context__s AS s
+LEFT JOIN (
+  SELECT
+    host,
+    engine,
+    CASE
+      WHEN SIZE(
+        ARRAY_SORT(
+          COLLECT_LIST(
+            STRUCT(
+              STRUCT(
+                ls.host AS `host`,
+                ls.engine AS `engine`,
+                ls.incarnation AS `incarnation`,
+                ls.entry AS `entry`,
+                ls.lines AS `lines`,
+                ls.inflight AS `inflight`,
+                ls.bootstrap AS `bootstrap`,
+                ls.transfer AS `transfer`,
+                ls.prealloc AS `prealloc`,
+                ls.waiting AS `waiting`
+              ) AS v,
+              ls.incarnation AS k0,
+              ls.entry AS k1
+            )
+          ),
+          (l, r) -> CASE
+            WHEN l.k0 IS NULL AND r.k0 IS NULL
+            THEN CASE
+              WHEN l.k1 IS NULL AND r.k1 IS NULL
+              THEN 0
+              WHEN l.k1 IS NULL
+              THEN 1
+              WHEN r.k1 IS NULL
+              THEN -1
+              WHEN l.k1 < r.k1
+              THEN -1
+              WHEN l.k1 > r.k1
+              THEN 1
+              ELSE 0
+            END
+            WHEN l.k0 IS NULL
+            THEN 1
+            WHEN r.k0 IS NULL
+            THEN -1
+            WHEN l.k0 < r.k0
+            THEN -1
+            WHEN l.k0 > r.k0
+            THEN 1
+            ELSE CASE
+              WHEN l.k1 IS NULL AND r.k1 IS NULL
+              THEN 0
+              WHEN l.k1 IS NULL
+              THEN 1
+              WHEN r.k1 IS NULL
+              THEN -1
+              WHEN l.k1 < r.k1
+              THEN -1
+              WHEN l.k1 > r.k1
+              THEN 1
+              ELSE 0
+            END
+          END
+        )
+      ) = 0
+      THEN NULL
+      ELSE TRANSFORM(
+        ARRAY_SORT(
+          COLLECT_LIST(
+            STRUCT(
+              STRUCT(
+                ls.host AS `host`,
+                ls.engine AS `engine`,
+                ls.incarnation AS `incarnation`,
+                ls.entry AS `entry`,
+                ls.lines AS `lines`,
+                ls.inflight AS `inflight`,
+                ls.bootstrap AS `bootstrap`,
+                ls.transfer AS `transfer`,
+                ls.prealloc AS `prealloc`,
+                ls.waiting AS `waiting`
+              ) AS v,
+              ls.incarnation AS k0,
+              ls.entry AS k1
+            )
+          ),
+          (l, r) -> CASE
+            WHEN l.k0 IS NULL AND r.k0 IS NULL
+            THEN CASE
+              WHEN l.k1 IS NULL AND r.k1 IS NULL
+              THEN 0
+              WHEN l.k1 IS NULL
+              THEN 1
+              WHEN r.k1 IS NULL
+              THEN -1
+              WHEN l.k1 < r.k1
+              THEN -1
+              WHEN l.k1 > r.k1
+              THEN 1
+              ELSE 0
+            END
+            WHEN l.k0 IS NULL
+            THEN 1
+            WHEN r.k0 IS NULL
+            THEN -1
+            WHEN l.k0 < r.k0
+            THEN -1
+            WHEN l.k0 > r.k0
+            THEN 1
+            ELSE CASE
+              WHEN l.k1 IS NULL AND r.k1 IS NULL
+              THEN 0
+              WHEN l.k1 IS NULL
+              THEN 1
+              WHEN r.k1 IS NULL
+              THEN -1
+              WHEN l.k1 < r.k1
+              THEN -1
+              WHEN l.k1 > r.k1
+              THEN 1
+              ELSE 0
+            END
+          END
+        ),
+        s -> s.v
+      )
+    END AS line_shapes
+  FROM context__line_shapes AS ls
+  GROUP BY
+    host,
+    engine
+) AS sh
+  ON sh.host = COALESCE(x.host, r.host) AND sh.engine = COALESCE(x.engine, r.engine);
 
 CREATE OR REPLACE TEMPORARY VIEW context__tp_ranks AS
 /* how many TP ranks each prefill host has (failure and firing lines come from every rank) */
@@ -1678,6 +1935,139 @@ WHERE
   a.event IN ('abort_request', 'retract_abort')
   AND a.bootstrap_room IS NULL
   AND NOT r.bootstrap_room IS NULL;
+
+CREATE OR REPLACE TEMPORARY VIEW context__prefill_mentions AS
+SELECT
+  address,
+  CASE
+    WHEN SIZE(
+      ARRAY_SORT(
+        COLLECT_SET(STRUCT(named_by AS v, named_by AS k0)),
+        (l, r) -> CASE
+          WHEN l.k0 IS NULL AND r.k0 IS NULL
+          THEN 0
+          WHEN l.k0 IS NULL
+          THEN 1
+          WHEN r.k0 IS NULL
+          THEN -1
+          WHEN l.k0 < r.k0
+          THEN -1
+          WHEN l.k0 > r.k0
+          THEN 1
+          ELSE 0
+        END
+      )
+    ) = 0
+    THEN NULL
+    ELSE TRANSFORM(
+      ARRAY_SORT(
+        COLLECT_SET(STRUCT(named_by AS v, named_by AS k0)),
+        (l, r) -> CASE
+          WHEN l.k0 IS NULL AND r.k0 IS NULL
+          THEN 0
+          WHEN l.k0 IS NULL
+          THEN 1
+          WHEN r.k0 IS NULL
+          THEN -1
+          WHEN l.k0 < r.k0
+          THEN -1
+          WHEN l.k0 > r.k0
+          THEN 1
+          ELSE 0
+        END
+      ),
+      s -> s.v
+    )
+  END AS named_by,
+  CAST(SUM(n) AS BIGINT) AS n
+FROM (
+  SELECT
+    e.bootstrap_host AS address,
+    CONCAT('decode ', CAST(COALESCE(e.host, '?') AS STRING), ' (bootstrap_host=)') AS named_by,
+    COUNT(*) AS n
+  FROM events AS e
+  JOIN context__gb AS gb
+    ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+  WHERE
+    e.engine = 'decode'
+    AND e.event IN ('request_received', 'request_received_openai')
+    AND NOT e.bootstrap_host IS NULL
+    AND NOT e.bootstrap_host IN ('', '2.2.2.2')
+  GROUP BY ALL
+  UNION ALL
+  SELECT
+    REGEXP_EXTRACT(e.addr, '^(?:[a-z]+://)?\\[?([^\\]/:]+)'),
+    CONCAT('router ', CAST(COALESCE(e.host, '?') AS STRING), ' (prefill worker)'),
+    COUNT(*)
+  FROM events AS e
+  JOIN context__gb AS gb
+    ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+  WHERE
+    e.event = 'router_log'
+    AND NOT e.addr IS NULL
+    AND GET_JSON_OBJECT(e.extra, '$.worker_role') = 'prefill'
+  GROUP BY ALL
+)
+WHERE
+  COALESCE(address, '') <> ''
+GROUP BY
+  address;
+
+CREATE OR REPLACE TEMPORARY VIEW context__prefill_addresses AS
+SELECT DISTINCT
+  COALESCE(e.host, '') AS host,
+  e.bootstrap_host AS address
+FROM events AS e
+JOIN context__gb AS gb
+  ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
+WHERE
+  e.engine = 'prefill'
+  AND e.event IN ('request_received', 'request_received_openai')
+  AND NOT e.bootstrap_host IS NULL
+  AND NOT e.bootstrap_host IN ('', '2.2.2.2')
+UNION
+SELECT DISTINCT
+  host,
+  host
+FROM context__seconds AS seconds
+WHERE
+  engine = 'prefill';
+
+CREATE OR REPLACE TEMPORARY VIEW context__unknown_mentions AS
+SELECT
+  m.*
+FROM context__prefill_mentions AS m
+WHERE
+  NOT m.address IN (
+    SELECT
+      address
+    FROM context__prefill_addresses AS prefill_addresses
+  );
+
+CREATE OR REPLACE TEMPORARY VIEW context__unobserved_prefills AS
+SELECT
+  *
+FROM context__unknown_mentions AS unknown_mentions
+WHERE
+  (
+    SELECT
+      COUNT(*)
+    FROM context__unknown_mentions AS unknown_mentions
+  ) > (
+    /* prefill hosts whose own lines name no address of theirs */
+    SELECT
+      COUNT(DISTINCT host)
+    FROM context__seconds AS seconds
+    WHERE
+      engine = 'prefill'
+      AND NOT host IN (
+        SELECT
+          host
+        FROM context__prefill_addresses AS prefill_addresses
+        WHERE
+          address <> host
+      )
+  );
 
 CREATE OR REPLACE TEMPORARY VIEW context__holes AS
 WITH suppressed /* ---------------------------------------------------------------------------------- holes */ /* Stretches where lines that matter may be missing or unreadable: */ /*   journald_suppression  journald dropped N lines of a unit (rate limit) in the interval before */ /*                         its `Suppressed N messages from UNIT` line */ /*   parse_error           recognised SGLang lines whose pattern failed (lines.parse_error), per minute */ /*   engine_down           between an engine's stop and its next start (or the window end) */ /*   engine_silent         an engine logged nothing for longer than timeout+grace while the other */ /*                         engine received new requests (or, at L0, ran batches): its lines are missing */ /* A hole is `covered` when prefill evidence (a per-request line, a gauge sample, a terminal line) */ /* exists a full timeout+grace after it: a request stuck in the hole would show there (a watchdog */ /* line, a floor, an open request). prefill_silent is not lost lines: a prefill that fired printed */ /* its line, so a silence the prefill comes back from (seen_after) hides no watchdog line; one that */ /* lasts to the window end may hide a hung or dead prefill, and whatever it did. */ AS (
@@ -1907,7 +2297,7 @@ WITH suppressed /* -------------------------------------------------------------
   FROM context__queue_seen AS q, context__s AS s
   GROUP BY
     q.host
-), quiet AS (
+), quiet /* n: the batch lines without the gauge inside the silence (the queue was in use, unobserved) */ AS (
   SELECT
     'prefill_silent' AS kind,
     g.host,
@@ -1915,18 +2305,52 @@ WITH suppressed /* -------------------------------------------------------------
     NULL AS unit,
     GREATEST(g.from_t, s.ctx_start_t) AS from_t,
     g.to_t,
-    CAST(NULL AS BIGINT) AS n,
+    CAST(NULLIF(COUNT(x.t_us), 0) AS BIGINT) AS n,
     CONCAT(
       'the prefill showed nothing of its queues for ',
       FORMAT_STRING('%.0f', BROUND((
         g.to_t - GREATEST(g.from_t, s.ctx_start_t)
       ) / 1e6, 0)),
-      ' s (no batch line, no request line',
+      ' s (no ',
+      CAST(CASE WHEN COUNT(x.t_us) > 0 THEN '#inflight-req in any ' ELSE '' END AS STRING),
+      'batch line, no request line',
       CAST(CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END AS STRING),
-      ')'
+      ')',
+      CAST(CASE
+        WHEN COUNT(x.t_us) > 0
+        THEN CONCAT(
+          ': it ran ',
+          CAST(COUNT(x.t_us) AS STRING),
+          ' batch(es) whose lines carry no #inflight-req (line shape ',
+          CAST(LISTAGG(DISTINCT COALESCE(x.entry, '?'), ', ') AS STRING),
+          '), so its inflight queue was not observed'
+        )
+        ELSE ''
+      END AS STRING)
     ) AS detail,
     g.seen_after
-  FROM quiet_gaps AS g, context__s AS s
+  FROM (
+    /* a restart names its own downtime: the silence counts from the engine's return */
+    SELECT
+      g.host,
+      g.to_t,
+      g.seen_after,
+      GREATEST(g.from_t, MAX(x.to_t)) AS from_t
+    FROM quiet_gaps AS g
+    LEFT JOIN down AS x
+      ON x.host = g.host
+      AND x.engine = 'prefill'
+      AND x.from_t <= g.to_t
+      AND x.to_t >= g.from_t
+    GROUP BY
+      g.host,
+      g.from_t,
+      g.to_t,
+      g.seen_after
+  ) AS g
+  CROSS JOIN context__s AS s
+  LEFT JOIN context__gaugeless AS x
+    ON x.host = g.host AND x.t_us > g.from_t AND x.t_us < g.to_t
   WHERE
     NOT g.from_t IS NULL
     AND g.to_t - GREATEST(g.from_t, s.ctx_start_t) > s.stuck_us
@@ -1941,16 +2365,12 @@ WITH suppressed /* -------------------------------------------------------------
         AND x.from_t <= g.to_t
         AND x.to_t >= g.from_t
     )
-    AND NOT EXISTS(
-      SELECT
-        1
-      FROM down AS x
-      WHERE
-        x.host = g.host
-        AND x.engine = 'prefill'
-        AND x.from_t <= g.to_t
-        AND x.to_t >= g.from_t
-    )
+  GROUP BY
+    g.host,
+    g.from_t,
+    g.to_t,
+    g.seen_after,
+    s.ctx_start_t
 ), holes_raw AS (
   SELECT
     *
@@ -2757,7 +3177,9 @@ SELECT
                     x.prealloc AS `prealloc`,
                     x.waiting AS `waiting`,
                     x.request_lines AS `request_lines`,
-                    x.longest_gap_us AS `longest_gap_us`
+                    x.longest_gap_us AS `longest_gap_us`,
+                    x.inflight_gap_us AS `inflight_gap_us`,
+                    x.line_shapes AS `line_shapes`
                   ) AS v,
                   x.engine AS k0,
                   x.host AS k1
@@ -2819,7 +3241,9 @@ SELECT
                     x.prealloc AS `prealloc`,
                     x.waiting AS `waiting`,
                     x.request_lines AS `request_lines`,
-                    x.longest_gap_us AS `longest_gap_us`
+                    x.longest_gap_us AS `longest_gap_us`,
+                    x.inflight_gap_us AS `inflight_gap_us`,
+                    x.line_shapes AS `line_shapes`
                   ) AS v,
                   x.engine AS k0,
                   x.host AS k1
@@ -2887,7 +3311,8 @@ SELECT
                     x.value AS `value`,
                     x.from_t AS `from_t`,
                     x.to_t AS `to_t`,
-                    x.samples AS `samples`
+                    x.samples AS `samples`,
+                    x.sample_ts AS `sample_ts`
                   ) AS v,
                   x.from_t AS k0,
                   x.host AS k1,
@@ -2995,7 +3420,8 @@ SELECT
                     x.value AS `value`,
                     x.from_t AS `from_t`,
                     x.to_t AS `to_t`,
-                    x.samples AS `samples`
+                    x.samples AS `samples`,
+                    x.sample_ts AS `sample_ts`
                   ) AS v,
                   x.from_t AS k0,
                   x.host AS k1,
@@ -3211,6 +3637,63 @@ SELECT
     ),
     ARRAY()
   ) AS prefill_hosts,
+  COALESCE(
+    (
+      SELECT
+        CASE
+          WHEN SIZE(
+            ARRAY_SORT(
+              COLLECT_LIST(
+                STRUCT(
+                  STRUCT(u.address AS `address`, u.named_by AS `named_by`, u.n AS `n`) AS v,
+                  u.address AS k0
+                )
+              ),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            )
+          ) = 0
+          THEN NULL
+          ELSE TRANSFORM(
+            ARRAY_SORT(
+              COLLECT_LIST(
+                STRUCT(
+                  STRUCT(u.address AS `address`, u.named_by AS `named_by`, u.n AS `n`) AS v,
+                  u.address AS k0
+                )
+              ),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            ),
+            s -> s.v
+          )
+        END
+      FROM context__unobserved_prefills AS u
+    ),
+    ARRAY()
+  ) AS unobserved_prefills,
   COALESCE(
     (
       SELECT

@@ -110,6 +110,7 @@ SELECT
   OR (
     r.p_first IS NULL AND NOT r.d_recv IS NULL AND NOT r.d_completed AND l.l1
   ) AS prefill_may_hold,
+  r.kv_arrived_by,
   COALESCE(
     r.open_start,
     CASE WHEN r.p_first IS NULL AND NOT r.d_completed AND l.l1 THEN r.d_recv END
@@ -124,6 +125,7 @@ SELECT
   r.bootstrap_room,
   r.p_recv_open AS p_recv,
   r.open_start,
+  r.kv_arrived_by,
   COALESCE(
     r.p_host,
     CASE
@@ -132,13 +134,18 @@ SELECT
           COUNT(*)
         FROM requests__prefill_hosts AS prefill_hosts
       ) = 1
+      AND (
+        SELECT
+          SIZE(unobserved_prefills)
+        FROM requests__c AS c
+      ) = 0
       THEN (
         SELECT
           MIN(host)
         FROM requests__prefill_hosts AS prefill_hosts
       )
     END
-  ) AS host, /* at L0 the room may not name its prefill: with one prefill host it can only be that one */
+  ) AS host, /* at L0 the room may not name its prefill: with one prefill host it can only be that one, */ /* unless a line names another prefill whose own lines are absent (design.md, "Exists": */ /* nothing is attributed to an instance, or away from one, by elimination) */
   (
     SELECT
       COUNT(*)
@@ -233,7 +240,7 @@ SELECT
     THEN h.open_start
     WHEN sm.last_sample_t IS NULL OR sm.last_sample_t < h.p_recv
     THEN h.p_recv
-    ELSE d.first_drain_t
+    ELSE LEAST(d.first_drain_t, h.kv_arrived_by)
   END AS pin_start,
   LEAST(c.end_t, g.gone_t) AS obs_end,
   c.stuck_us,
@@ -451,7 +458,10 @@ WITH held /* Who holds it at the window end, and its life on the reference clock
       THEN 'retracted'
       WHEN r.any_abort
       THEN 'aborted'
-      WHEN r.status IN ('gone', 'released') OR NOT r.d_gone_t IS NULL
+      WHEN (
+        r.status IN ('gone', 'released') AND NOT r.d_completed
+      )
+      OR NOT r.d_gone_t IS NULL
       THEN 'lost'
       WHEN r.d_completed
       OR (

@@ -207,6 +207,27 @@ WITH sides AS (
   FROM common
   GROUP BY
     bootstrap_room
+), split_open /* A room two prefill hosts received (two deployments numbering rooms alike, a room reused): each */ /* host's hold is its own (design.md, "Same request"), so one host's Finish: never ends another's. */ /* The host that received it and logged no end of its own keeps it open. */ AS (
+  SELECT
+    bootstrap_room,
+    MIN_BY(host, CASE WHEN NOT host IS NULL THEN recv_t END) AS p_open_host,
+    MIN(recv_t) AS p_open_recv
+  FROM (
+    SELECT
+      bootstrap_room,
+      host,
+      MIN(t_us) FILTER(WHERE
+        k = 1) AS recv_t,
+      BOOL_OR(k IN (2, 4)) AS done
+    FROM common
+    WHERE
+      k IN (1, 2, 4)
+    GROUP BY ALL
+  )
+  GROUP BY
+    bootstrap_room
+  HAVING
+    COUNT(*) > 1 AND BOOL_OR(NOT recv_t IS NULL AND NOT done)
 ), facts AS (
   SELECT
     __l.bootstrap_room,
@@ -843,7 +864,7 @@ WITH sides AS (
 )
 SELECT
   COALESCE(f.bootstrap_room, r.bootstrap_room) AS bootstrap_room,
-  COALESCE(f.p_host_c, r.p_host_r) AS p_host,
+  COALESCE(so.p_open_host, f.p_host_c, r.p_host_r) AS p_host,
   COALESCE(f.prefill_rid_c, r.prefill_rid_r) AS prefill_rid,
   LEAST(f.p_recv, f.p_done, f.p_stats_at, r.p_first_r) AS p_first,
   GREATEST(f.p_last_c, r.p_last_r) AS p_last,
@@ -878,8 +899,9 @@ SELECT
       ELSE 0
     END
   ) AS legs,
-  f.p_last_recv,
-  COALESCE(f.p_last_recv > GREATEST(f.p_last_done, r.p_last_end_r), FALSE) AS p_reopened, /* a later prefill leg is open: its Receive: came after every prefill end line */
+  COALESCE(so.p_open_recv, f.p_last_recv) AS p_last_recv,
+  COALESCE(f.p_last_recv > GREATEST(f.p_last_done, r.p_last_end_r), FALSE) /* a later prefill leg is open: its Receive: came after every prefill end line; or a second */ /* prefill host received it and never ended its side */
+  OR NOT so.p_open_host IS NULL AS p_reopened,
   r.p_boot_failed,
   r.p_xfer_failed,
   r.p_finish_abort,
@@ -927,5 +949,7 @@ SELECT
 /* a room named only by an abort line without its room (context.abort_rooms) has rare lines alone */
 FROM facts AS f
 FULL JOIN rare AS r
-  ON r.bootstrap_room = f.bootstrap_room;
+  ON r.bootstrap_room = f.bootstrap_room
+LEFT JOIN split_open AS so
+  ON so.bootstrap_room = COALESCE(f.bootstrap_room, r.bootstrap_room);
 

@@ -55,12 +55,11 @@ SELECT
         f.wd_reason_at
       ) IS NULL
     )
-    AND f.d_done IS NULL
-    AND f.d_stats_at IS NULL
     AND (
       NOT f.p_first IS NULL OR NOT f.d_xfer_failed IS NULL
     )
-  ) AS prefill_may_hold, /* Prefill may still hold it: no prefill terminal line, decode did not complete it, and either */ /* the prefill saw it or `Decode transfer failed` says the prefill side was past bootstrap. */
+  ) AS prefill_may_hold, /* Prefill may still hold it (design.md, "Held"): no prefill-side end, and either the prefill */ /* saw it or `Decode transfer failed` says the prefill side was past bootstrap. A decode */ /* completion proves the KV arrived; it never releases the prefill's slot (the abort race */ /* leaves exactly that: a decode done, a prefill sender that never saw Success). */
+  LEAST(f.d_done, f.d_stats_at) AS kv_arrived_by, /* the decode received its KV: by then it had left the prefill's waiting queue */
   CASE
     WHEN f.p_reopened
     THEN f.p_last_recv

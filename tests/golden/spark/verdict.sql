@@ -657,7 +657,10 @@ SELECT
       COALESCE(hit.n, 0) > 0 OR NOT fl.hole_id IS NULL
     )
   )
-  OR COALESCE(hit.n_hidden, 0) > 0 AS decisive
+  OR COALESCE(hit.n_hidden, 0) > 0
+  OR (
+    h.kind = 'prefill_silent' AND COALESCE(h.n, 0) > 0 AND NOT h.covered
+  ) AS decisive /* the prefill ran batches whose lines never showed its inflight queue (design.md, */ /* "Observed"): what entered it there is not observed, named or not */
 FROM verdict__holes AS h
 LEFT JOIN hit
   USING (hole_id)
@@ -988,8 +991,20 @@ LEFT JOIN (
   ON g.host = pa.p_host;
 
 CREATE OR REPLACE TEMPORARY VIEW verdict__frozen_rows AS
+/* explained: at every sample of the stretch, the named requests the queue's engine held then */
+/* (received, not yet ended on that side; one the watchdog released on the prefill may still sit */
+/* in the decode's transfer queue) — the fewest over its samples. Overlapping holds add up: two */
+/* hung sends, one after the other, explain a queue that never drained between them. */
 SELECT
-  f.*,
+  f.host,
+  f.engine,
+  f.queue,
+  f.dp_rank,
+  f.tp_rank,
+  f.value,
+  f.from_t,
+  f.to_t,
+  f.samples,
   COALESCE(x.n, 0) AS explained
 FROM (
   SELECT
@@ -998,19 +1013,29 @@ FROM (
 ) AS f
 LEFT JOIN LATERAL (
   SELECT
-    COUNT(*) AS n
-  FROM verdict__rq AS r
-  WHERE
-    r.class <> 'in_flight'
-    AND CASE
-      WHEN f.engine = 'decode'
-      THEN COALESCE(r.d_host, f.host) = f.host
-      AND COALESCE(r.decode_received_t, r.first_t) <= f.from_t + 1000000
-      AND COALESCE(r.decode_end_t >= f.to_t - 1000000, TRUE)
-      ELSE r.p_host = f.host
-      AND COALESCE(r.prefill_received_t, r.first_t) <= f.from_t + 1000000
-      AND COALESCE(r.prefill_end_t >= f.to_t - 1000000, TRUE)
-    END
+    MIN(k.n) AS n
+  FROM (
+    SELECT
+      t.t_us,
+      COUNT(r.bootstrap_room) AS n
+    FROM (
+      SELECT
+        EXPLODE(f.sample_ts) AS t_us
+    ) AS t
+    LEFT JOIN verdict__rq AS r
+      ON r.class <> 'in_flight'
+      AND CASE
+        WHEN f.engine = 'decode'
+        THEN COALESCE(r.d_host, f.host) = f.host
+        AND COALESCE(r.decode_received_t, r.first_t) <= t.t_us + 1000000
+        AND COALESCE(r.decode_end_t >= t.t_us - 1000000, TRUE)
+        ELSE r.p_host = f.host
+        AND COALESCE(r.prefill_received_t, r.first_t) <= t.t_us + 1000000
+        AND COALESCE(r.prefill_end_t >= t.t_us - 1000000, TRUE)
+      END
+    GROUP BY
+      t.t_us
+  ) AS k
 ) AS x
   ON TRUE;
 
@@ -1670,6 +1695,36 @@ HAVING
   COUNT(*) > 0
 UNION ALL
 SELECT
+  31,
+  'undecided',
+  CONCAT(
+    CAST(COUNT(*) AS STRING),
+    ' prefill instance(s) named by other lines have no line of their own in the data: ',
+    CAST(LISTAGG(
+      
+        CONCAT(
+          CAST(address AS STRING),
+          ' (',
+          CAST(n AS STRING),
+          ' line(s): ',
+          CAST(ARRAY_JOIN(named_by, ', ') AS STRING),
+          ')'
+        ),
+        '; '
+      
+    ) WITHIN GROUP (ORDER BY
+      address NULLS LAST) AS STRING),
+    '; what they held is not observed (collect their journals: a journal-remote directory missing a host\'s file, or a --unit that left them out)'
+  )
+FROM (
+  SELECT
+    INLINE(unobserved_prefills)
+  FROM verdict__c AS c
+)
+HAVING
+  COUNT(*) > 0
+UNION ALL
+SELECT
   38,
   'undecided',
   CONCAT(
@@ -2182,8 +2237,8 @@ WITH clean /* A green answer says what earned it: the queues observed through th
           CONCAT(
             CAST(CASE WHEN o.host = '' THEN '' ELSE o.host || ': ' END AS STRING),
             CAST(o.inflight AS STRING),
-            ' batch line(s), longest gap ',
-            FORMAT_STRING('%.0f', BROUND(COALESCE(o.longest_gap_us, c.end_t - c.start_t) / 1e6, 0)),
+            ' batch line(s) with #inflight-req, longest gap ',
+            FORMAT_STRING('%.0f', BROUND(COALESCE(o.inflight_gap_us, c.end_t - c.start_t) / 1e6, 0)),
             ' s'
           ),
           '; '
@@ -2335,7 +2390,10 @@ WITH tp AS (
     r.reason,
     r.first_t,
     fl.backpressure,
-    r.legs
+    r.legs,
+    r.p_host,
+    r.d_host,
+    r.holder_at_end
   FROM verdict__rq AS r
   LEFT JOIN verdict__fire_load AS fl
     USING (bootstrap_room)
@@ -3205,7 +3263,10 @@ SELECT
                   n.reason AS `reason`,
                   n.first_t AS `first_t`,
                   n.backpressure AS `backpressure`,
-                  n.legs AS `legs`
+                  n.legs AS `legs`,
+                  n.p_host AS `p_host`,
+                  n.d_host AS `d_host`,
+                  n.holder_at_end AS `holder_at_end`
                 ) AS v,
                 NULLIF(
                   ARRAY_POSITION(
@@ -3340,7 +3401,10 @@ SELECT
                   n.reason AS `reason`,
                   n.first_t AS `first_t`,
                   n.backpressure AS `backpressure`,
-                  n.legs AS `legs`
+                  n.legs AS `legs`,
+                  n.p_host AS `p_host`,
+                  n.d_host AS `d_host`,
+                  n.holder_at_end AS `holder_at_end`
                 ) AS v,
                 NULLIF(
                   ARRAY_POSITION(
@@ -3458,6 +3522,7 @@ SELECT
   ) AS not_completed,
   c.window_basis,
   c.observed,
+  c.unobserved_prefills,
   (
     SELECT
       recovery
