@@ -447,7 +447,9 @@ frozen_rows AS MATERIALIZED (
             SELECT t.t_us, count(r.bootstrap_room) AS n
             FROM (SELECT unnest(f.sample_ts) AS t_us) AS t
             LEFT JOIN rq AS r
-              ON r.class <> 'in_flight'
+              -- a lost request (its prefill hold ended unseen, the decode never finished it) is
+              -- judged by nothing: still in the decode's queue, it is what is stuck there
+              ON r.class NOT IN ('in_flight', 'lost')
              AND CASE WHEN f.engine = 'decode'
                       THEN coalesce(r.d_host, f.host) = f.host
                            AND coalesce(r.decode_received_t, r.first_t) <= t.t_us + 1000000
@@ -601,7 +603,11 @@ reasons AS MATERIALIZED (
     SELECT 31, 'undecided',
         'the prefill inflight queue was never observed: no prefill line in the window'
         || CASE WHEN c.decode_logged THEN ' (only the decode''s lines: export or collect the prefill''s too)' ELSE '' END
-    FROM c, window_lines AS wl WHERE array_length(c.prefill_hosts) = 0 AND wl.n > 0
+        || coalesce('; other lines name ' || up.named, '')
+    FROM c, window_lines AS wl,
+        (SELECT string_agg(format('{} ({} line(s))', address, n), ', ' ORDER BY address) AS named
+         FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c)) AS up
+    WHERE array_length(c.prefill_hosts) = 0 AND wl.n > 0
     UNION ALL
     SELECT 31, 'undecided',
         format('the prefill inflight queue was never observed on {}: no batch line with #inflight-req and no request line in the window (a non-PD server, or its stats lines were not collected; check --unit and --since cover the prefill)',
@@ -611,7 +617,8 @@ reasons AS MATERIALIZED (
     SELECT 31, 'undecided',
         format('{} prefill instance(s) named by other lines have no line of their own in the data: {}; what they held is not observed (collect their journals: a journal-remote directory missing a host''s file, or a --unit that left them out)',
             count(*), string_agg(format('{} ({} line(s): {})', address, n, array_to_string(named_by, ', ')), '; ' ORDER BY address))
-    FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c)
+    -- with no prefill line at all, the reason above already says the queue was never observed
+    FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c WHERE array_length(c.prefill_hosts) > 0)
     HAVING count(*) > 0
     UNION ALL
     SELECT 38, 'undecided',
@@ -619,6 +626,14 @@ reasons AS MATERIALIZED (
             any_value(c.timeout_s), count(*), array_to_string(list(r.room ORDER BY r.first_t)[1:5], ', '))
     FROM rq AS r, c
     WHERE c.timeout_source = 'default' AND r.holder_at_end IS NOT NULL AND r.last_t - coalesce(r.prefill_received_t, r.first_t) > 30000000
+    HAVING count(*) > 0
+    UNION ALL
+    SELECT 38, 'undecided',
+        format('the watchdog''s timeout is not known (no armed line, no firing line, no --watchdog-timeout): {} request(s) held more than 30 s ended by a failure or unseen ({}), as a watchdog with a timeout under the {} s default would end them; pass --watchdog-timeout',
+            count(*), array_to_string(list(r.room ORDER BY r.first_t)[1:5], ', '), any_value(c.timeout_s))
+    FROM rq AS r, c
+    WHERE c.timeout_source = 'default' AND r.class IN ('transfer_failed', 'lost')
+      AND coalesce(r.prefill_end_t, r.decode_end_t, r.last_t) - coalesce(r.prefill_received_t, r.first_t) > 30000000
     HAVING count(*) > 0
     UNION ALL
     SELECT 37, 'undecided',
