@@ -1023,7 +1023,7 @@ LEFT JOIN LATERAL (
         EXPLODE(f.sample_ts) AS t_us
     ) AS t
     LEFT JOIN verdict__rq AS r
-      ON r.class <> 'in_flight'
+      ON NOT r.class IN ('in_flight', 'lost')
       AND CASE
         WHEN f.engine = 'decode'
         THEN COALESCE(r.d_host, f.host) = f.host
@@ -1676,8 +1676,17 @@ SELECT
     WHEN c.decode_logged
     THEN ' (only the decode\'s lines: export or collect the prefill\'s too)'
     ELSE ''
-  END
-FROM verdict__c AS c, window_lines AS wl
+  END || COALESCE('; other lines name ' || up.named, '')
+FROM verdict__c AS c, window_lines AS wl, (
+  SELECT
+    LISTAGG(CONCAT(CAST(address AS STRING), ' (', CAST(n AS STRING), ' line(s))'), ', ') WITHIN GROUP (ORDER BY
+      address NULLS LAST) AS named
+  FROM (
+    SELECT
+      INLINE(unobserved_prefills)
+    FROM verdict__c AS c
+  )
+) AS up
 WHERE
   SIZE(c.prefill_hosts) = 0 AND wl.n > 0
 UNION ALL
@@ -1716,10 +1725,13 @@ SELECT
       address NULLS LAST) AS STRING),
     '; what they held is not observed (collect their journals: a journal-remote directory missing a host\'s file, or a --unit that left them out)'
   )
+/* with no prefill line at all, the reason above already says the queue was never observed */
 FROM (
   SELECT
     INLINE(unobserved_prefills)
   FROM verdict__c AS c
+  WHERE
+    SIZE(c.prefill_hosts) > 0
 )
 HAVING
   COUNT(*) > 0
@@ -1787,6 +1799,72 @@ WHERE
   c.timeout_source = 'default'
   AND NOT r.holder_at_end IS NULL
   AND r.last_t - COALESCE(r.prefill_received_t, r.first_t) > 30000000
+HAVING
+  COUNT(*) > 0
+UNION ALL
+SELECT
+  38,
+  'undecided',
+  CONCAT(
+    'the watchdog\'s timeout is not known (no armed line, no firing line, no --watchdog-timeout): ',
+    CAST(COUNT(*) AS STRING),
+    ' request(s) held more than 30 s ended by a failure or unseen (',
+    CAST(ARRAY_JOIN(
+      SLICE(
+        CASE
+          WHEN SIZE(
+            ARRAY_SORT(
+              COLLECT_LIST(STRUCT(r.room AS v, r.first_t AS k0)),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            )
+          ) = 0
+          THEN NULL
+          ELSE TRANSFORM(
+            ARRAY_SORT(
+              COLLECT_LIST(STRUCT(r.room AS v, r.first_t AS k0)),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            ),
+            s -> s.v
+          )
+        END,
+        1,
+        5
+      ),
+      ', '
+    ) AS STRING),
+    '), as a watchdog with a timeout under the ',
+    CAST(ANY_VALUE(c.timeout_s) IGNORE NULLS AS STRING),
+    ' s default would end them; pass --watchdog-timeout'
+  )
+FROM verdict__rq AS r, verdict__c AS c
+WHERE
+  c.timeout_source = 'default'
+  AND r.class IN ('transfer_failed', 'lost')
+  AND COALESCE(r.prefill_end_t, r.decode_end_t, r.last_t) - COALESCE(r.prefill_received_t, r.first_t) > 30000000
 HAVING
   COUNT(*) > 0
 UNION ALL
