@@ -29,10 +29,11 @@ import pytest
 from pdforensics import store
 from pdforensics.paths import fixtures_dir
 from pdforensics.sources import Window
-from pdforensics.verdict import VerdictOptions, compute_verdict
+from pdforensics.verdict import VerdictOptions, apply_options, compute_verdict, materialised
 
 SCENARIOS = sorted(p.name for p in fixtures_dir().iterdir() if (p / "expected.json").is_file())
 FLAGS = ("abort_race", "across_restart", "one_sided")
+ROW_FLAGS = ("class", *FLAGS, "prefill_rid", "decode_rid")
 # Plain logs hold what the process printed, including what journald dropped: no hole to see there.
 # A scenario whose plain files must give their own answer says so in `by_input.plain` instead.
 JOURNAL_ONLY = {"journald_suppression"}
@@ -66,6 +67,21 @@ def verdict_of(db: Path, opts: VerdictOptions):
         return compute_verdict(con, opts)
     finally:
         con.close()
+
+
+def verdict_and_rooms(db: Path, opts: VerdictOptions) -> tuple[dict, dict]:
+    """The verdict's JSON, and every room of the window's `requests` view with its flags and rids
+    (the JSON lists only the requests that did not complete)."""
+    con = store.open_db(db, read_only=True)
+    try:
+        doc = compute_verdict(con, opts).to_json()
+        apply_options(con, opts)
+        with materialised(con):
+            cur = con.execute(f"SELECT room, {', '.join(ROW_FLAGS)} FROM requests")
+            rooms = {row[0]: dict(zip(ROW_FLAGS, row[1:], strict=True)) for row in cur.fetchall()}
+    finally:
+        con.close()
+    return doc, rooms
 
 
 def assert_matches(got: dict, exp: dict, label: str) -> None:
@@ -142,8 +158,29 @@ def assert_ingests(db: Path, exp: dict, label: str) -> None:
     )
 
 
+def assert_rooms(doc: dict, rooms: dict, exp: dict, label: str) -> None:
+    """Every room of the ground truth, completed ones too, with its class, flags and rids; the JSON
+    lists exactly those that did not complete (`prefill_rid` "*": any rid, but one)."""
+    assert set(rooms) == {r["bootstrap_room"] for r in exp["requests"]}, label
+    for want in exp["requests"]:
+        have = rooms[want["bootstrap_room"]]
+        if want["prefill_rid"] == "*":
+            assert have["prefill_rid"], (label, want["bootstrap_room"])
+            want = {**want, "prefill_rid": have["prefill_rid"]}
+        assert have == {k: want[k] for k in ROW_FLAGS}, (label, want["bootstrap_room"], have)
+    assert {r["bootstrap_room"] for r in doc["requests"]} == {
+        r["bootstrap_room"] for r in exp["requests"] if r["class"] != "completed"
+    }, label
+    assert all(r["dwell_s"] is None or r["dwell_s"] >= 0 for r in doc["requests"]), label
+
+
 def check(db: Path, exp: dict, label: str) -> None:
-    assert_matches(verdict_of(db, options(exp)).to_json(), exp, label)
+    doc, rooms = verdict_and_rooms(db, options(exp))
+    assert_matches(doc, exp, label)
+    if "ingests" not in exp:  # the ground truth's rows are the whole data's (one run)
+        assert doc["watchdog"]["timeout_s"] == exp["watchdog"]["timeout_s"], (label, doc["watchdog"])
+        assert doc["watchdog"]["deployed"] == exp["watchdog"]["deployed"], (label, doc["watchdog"])
+        assert_rooms(doc, rooms, exp, label)
     assert_ingests(db, exp, label)
 
 
@@ -179,6 +216,19 @@ def test_json_lines(scenario: str, scenario_db) -> None:
 @pytest.mark.parametrize("scenario", cases(sorted(set(SCENARIOS) - JOURNAL_ONLY)))
 def test_plain_logs(scenario: str, scenario_db) -> None:
     check(scenario_db("plain_runs", scenario), expected_of(scenario, "plain"), f"{scenario} (plain)")
+
+
+def test_plain_logs_keep_what_journald_dropped(scenario_db) -> None:
+    """journald_suppression's plain files hold every line the prefill wrote, including the 30 s
+    journald dropped (fixtures/README.md): no hole, so the three pins are proven and the requests
+    routed during the hole are seen on both engines."""
+    exp = expected_of("journald_suppression")
+    doc = verdict_of(scenario_db("plain_runs", "journald_suppression"), options(exp)).to_json()
+    assert doc["verdict"] == "watchdog_missed", doc["reasons"]
+    pins = {r["bootstrap_room"] for r in doc["requests"] if r["class"] == "silent_pin"}
+    held = {r["bootstrap_room"] for r in exp["requests"] if r["class"] in ("silent_pin", "undecided")}
+    assert pins == held and len(pins) == 3, (pins, held)
+    assert not any(r["one_sided"] for r in doc["requests"]), doc["requests"]
 
 
 def test_plain_overrides_only_where_the_input_differs() -> None:

@@ -165,10 +165,18 @@ def test_an_unknown_engine_is_a_usage_error(tmp_path: Path) -> None:
     assert res.returncode == 2 and "--engine 'trino'" in res.stderr
 
 
+# The whole 16-host fleet is 9 Spark judgements (the window and each of 8 prefills), ~7 min beside
+# the rest of the suite: by default the fleet's journal-remote directory keeps one prefill that
+# missed, one the watchdog released and their decodes (3 judgements); PDF_SPARK_FULL=1 reads it all.
+FLEET_HOSTS = (
+    None if os.environ.get("PDF_SPARK_FULL") == "1" else ("p-node-05", "p-node-02", "d-node-05", "d-node-02")
+)
+
+
 def test_the_fleet_through_spark_gives_duckdbs_instances(spark, tmp_path: Path) -> None:
     """The fleet scenario as a journal-remote directory of real .journal files, ingested with
     `ingest -D --parquet`: Spark over that Parquet gives DuckDB's JSON, `instances` included, and
-    the instances are the ground truth's."""
+    the instances of the hosts read are the ground truth's."""
     from pdforensics.simulate.remote import JOURNAL_REMOTE, write_journal_remote
 
     if not JOURNAL_REMOTE.exists():
@@ -176,7 +184,9 @@ def test_the_fleet_through_spark_gives_duckdbs_instances(spark, tmp_path: Path) 
     name = "fleet_16_hosts"
     exp = json.loads((fixtures_dir() / name / "expected.json").read_text())
     remote = tmp_path / "remote"
-    write_journal_remote(fixtures_dir() / name / "journal.export", remote)
+    for path in write_journal_remote(fixtures_dir() / name / "journal.export", remote):
+        if FLEET_HOSTS is not None and path.stem.removeprefix("remote-") not in FLEET_HOSTS:
+            path.unlink()
     db, lake = tmp_path / "fleet.duckdb", tmp_path / "lake"
     code, out = cli("ingest", "-D", str(remote), "--db", str(db), "--parquet", str(lake), "--jobs", "1",
                     *timeout_args(name))  # fmt: skip
@@ -185,13 +195,13 @@ def test_the_fleet_through_spark_gives_duckdbs_instances(spark, tmp_path: Path) 
     code_s, out_s = cli("verdict", "--engine", "spark", "--parquet", str(lake), "--json", *timeout_args(name))
     assert code_d == code_s == 0, out_s
     want = json.loads(out_d)
-    assert want["verdict"] == exp["verdict"] and len(want["instances"]) == 8
     assert json.loads(out_s) == want
-    got = [
-        (i["host"], i["verdict"], i["watchdog"]["deployed"], i["counts"]["silent_pin"])
-        for i in want["instances"]
-    ]
+    read = [i for i in exp["instances"] if FLEET_HOSTS is None or i["host"] in FLEET_HOSTS]
+    observed = [i for i in want["instances"] if i.get("observed", True)]
+    assert len(observed) == len(read) and len(read) in (2, 8)
+    if FLEET_HOSTS is None:
+        assert want["verdict"] == exp["verdict"]
+    got = [(i["host"], i["verdict"], i["watchdog"]["deployed"], i["counts"]["silent_pin"]) for i in observed]
     assert got == [
-        (i["host"], i["verdict"], i["watchdog"]["deployed"], i["counts"].get("silent_pin", 0))
-        for i in exp["instances"]
+        (i["host"], i["verdict"], i["watchdog"]["deployed"], i["counts"].get("silent_pin", 0)) for i in read
     ]

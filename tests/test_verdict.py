@@ -1,6 +1,6 @@
-"""The verdict end to end: every simulator scenario, read the way a user reads it (a real `.journal`
-file, `journalctl -o json` output, plain SGLang logs), must give its expected verdict and the
-expected class and flags for every request; the real logs must give sensible requests.
+"""The verdict on worked examples: the demo's story, clock offsets, the materialised views, another
+version's database, the real logs and a bulk run. (Every scenario's verdict, classes and flags in
+every input form: tests/test_scenarios.py.)
 """
 
 from __future__ import annotations
@@ -20,134 +20,15 @@ from pdforensics.ingest import ingest
 from pdforensics.paths import fixtures_dir
 from pdforensics.sources import Selection, Window
 from pdforensics.sources.detect import open_file_source
-from pdforensics.sources.journal import JournalSource
-from tests.conftest import export_to_journal
 
-SCENARIOS = sorted(p.name for p in fixtures_dir().iterdir() if (p / "expected.json").exists())
 # fixtures/README.md: every scenario was generated with this window end (`now`)
 FIXTURE_NOW_US = int(datetime(2026, 11, 29, 12, 10, tzinfo=UTC).timestamp() * 1_000_000)
-FLAGS = ("class", "abort_race", "across_restart", "one_sided", "prefill_rid", "decode_rid")
 
 
-def _zone(tz_min: int) -> str:
-    hours, rest = divmod(tz_min, 60)
-    assert rest == 0
-    return "UTC" if hours == 0 else f"Etc/GMT{'-' if hours > 0 else '+'}{abs(hours)}"
-
-
-def _plain_sources(name: str) -> list[tuple[object, str]]:
-    """Each plain log with its host and that host's zone (plain prefixes are zone-less local time)."""
-    from pdforensics.simulate.run import run_world
-
-    _, _, built = run_world(name, FIXTURE_NOW_US, 0, 1.0)
-    engines = (built.pre, built.dec) if built.fleet is None else (*built.fleet.pres, *built.fleet.decs)
-    hosts = {e.host.name: e.host for e in engines}
-    out = []
-    for f in sorted((fixtures_dir() / name / "plain").glob("*.log")):
-        host = next(h for h in sorted(hosts, key=len, reverse=True) if f.name.startswith(h + "-"))
-        out.append((open_file_source(f, host=host), _zone(hosts[host].tz_min)))
-    return out
-
-
-@pytest.fixture(scope="module")
-def ingested(built):
-    """(scenario, form) -> database path, each ingested once per test run (shared: read it only)."""
-
-    def _build(name: str, form: str, work: Path) -> None:
-        db = work / "db.duckdb"
-        folder = fixtures_dir() / name
-        if form == "journal":
-            path = export_to_journal((folder / "journal.export").read_bytes(), work / "system.journal")
-            batches = [([JournalSource("files", [path])], None)]
-        elif form == "json":
-            batches = [([open_file_source(folder / "journal.json")], None)]
-        else:
-            batches = [([src], tz) for src, tz in _plain_sources(name)]
-        con = store.open_db(db)
-        try:
-            for sources, tz in batches:
-                ingest(
-                    db, sources, Selection(window=Window(), units=("*",)), load_catalog([]), tz=tz, con=con
-                )
-        finally:
-            con.close()
-
-    def _get(name: str, form: str) -> Path:
-        return built(f"verdict-{form}-{name}", lambda work: _build(name, form, work)) / "db.duckdb"
-
-    return _get
-
-
-def _expected(name: str, form: str) -> dict:
-    exp = json.loads((fixtures_dir() / name / "expected.json").read_text())
-    plain = exp.get("by_input", {}).get("plain")
-    if form == "plain" and plain:
-        # what the plain files (which keep what journald dropped) must give instead
-        rows = {r["bootstrap_room"]: r for r in plain["requests"]}
-        exp = {**exp, **{k: plain[k] for k in ("verdict", "reasons_contain", "anonymous_pins")}}
-        exp["requests"] = [rows.pop(r["bootstrap_room"], r) for r in exp["requests"]] + list(rows.values())
-    if form == "plain" and name == "journald_suppression":
-        # The plain files hold every line the prefill wrote, including the 30 s journald dropped
-        # (fixtures/README.md): no hole, so the three pins are proven and the two requests routed
-        # during the hole are seen on both engines.
-        exp["verdict"] = "watchdog_missed"
-        exp["reasons_contain"] = ["silent_pin"]
-        for r in exp["requests"]:
-            if r["class"] == "undecided":  # no hole in the files: their end is known not to be there
-                r["class"] = "silent_pin"
-            if r["prefill_rid"] is None:
-                r["one_sided"] = False
-                r["prefill_rid"] = "*"
-    return exp
-
-
-@pytest.mark.parametrize("form", ["journal", "json", "plain"])
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_scenario_verdict_and_classes(name: str, form: str, ingested) -> None:
-    exp = _expected(name, form)
-    if "ingests" in exp:
-        pytest.skip("judged per ingest run: tests/test_scenarios.py ingests it run by run")
-    db = ingested(name, form)
-    # plain prefixes are truncated to the second: their first line may fall before the journal's
-    since = exp["window"]["since_us"] if form != "plain" else None
-    options = {"since_us": since, "until_us": FIXTURE_NOW_US} | exp.get("verdict_options", {})
-    opts = verdict.VerdictOptions(**options)
-    con = store.open_db(db, read_only=True)
-    try:
-        v = verdict.compute_verdict(con, opts)
-        verdict.apply_options(con, opts)
-        with verdict.materialised(con):
-            cur = con.execute(f"SELECT room, {', '.join(FLAGS)} FROM requests")
-            got = {row[0]: dict(zip(FLAGS, row[1:], strict=True)) for row in cur.fetchall()}
-    finally:
-        con.close()
-    doc = v.to_json()
-    assert doc["verdict"] == exp["verdict"], doc["reasons"]
-    assert doc["evidence_level"] == exp["evidence_level"]
-    assert doc["watchdog"]["timeout_s"] == exp["watchdog"]["timeout_s"]
-    assert doc["watchdog"]["deployed"] == exp["watchdog"]["deployed"]
-    assert doc["counts"]["anonymous_pins"] == exp["anonymous_pins"]
-    for text in exp["reasons_contain"]:
-        assert any(text in r for r in doc["reasons"]), (text, doc["reasons"])
-    assert set(got) == {r["bootstrap_room"] for r in exp["requests"]}
-    for want in exp["requests"]:
-        have = got[want["bootstrap_room"]]
-        if want["prefill_rid"] == "*":
-            want = {**want, "prefill_rid": have["prefill_rid"]}
-            assert have["prefill_rid"]
-        assert {k: have[k] for k in FLAGS} == {k: want[k] for k in FLAGS}, want["bootstrap_room"]
-    # the JSON lists exactly the requests that did not complete, in the contract's shape
-    not_completed = {r["bootstrap_room"] for r in exp["requests"] if r["class"] != "completed"}
-    assert {r["bootstrap_room"] for r in doc["requests"]} == not_completed
-    for r in doc["requests"]:
-        assert r["class"] == got[r["bootstrap_room"]]["class"]
-        assert r["dwell_s"] is None or r["dwell_s"] >= 0
-
-
-def test_the_demo_story(ingested) -> None:
+def test_the_demo_story(scenario_db) -> None:
     """decode_restart_old_build, as design.md's worked example tells it (without the watchdog)."""
-    exp = _expected("decode_restart_old_build", "journal")
-    con = store.open_db(ingested("decode_restart_old_build", "journal"), read_only=True)
+    exp = json.loads((fixtures_dir() / "decode_restart_old_build" / "expected.json").read_text())
+    con = store.open_db(scenario_db("journal_runs", "decode_restart_old_build"), read_only=True)
     try:
         opts = verdict.VerdictOptions(watchdog_timeout_s=60, until_us=FIXTURE_NOW_US)
         v = verdict.compute_verdict(con, opts)
@@ -165,8 +46,8 @@ def test_the_demo_story(ingested) -> None:
     assert exp["verdict"] == v.verdict
 
 
-def test_multihost_clock_offset_is_estimated(ingested) -> None:
-    con = store.open_db(ingested("multihost_skew", "journal"), read_only=True)
+def test_multihost_clock_offset_is_estimated(scenario_db) -> None:
+    con = store.open_db(scenario_db("journal_runs", "multihost_skew"), read_only=True)
     try:
         v = verdict.compute_verdict(
             con, verdict.VerdictOptions(watchdog_timeout_s=60, until_us=FIXTURE_NOW_US)
@@ -179,10 +60,10 @@ def test_multihost_clock_offset_is_estimated(ingested) -> None:
     assert offsets["p-node-01"]["method"] == "reference"
 
 
-def test_nested_materialised_reuses_tables_and_follows_options(ingested) -> None:
+def test_nested_materialised_reuses_tables_and_follows_options(scenario_db) -> None:
     """`compute_verdict` inside a caller's `materialised()` (the report's way to pay for the views
     once) gives the same answer as on its own, and recomputes the tables when the options differ."""
-    con = store.open_db(ingested("decode_restart_old_build", "journal"), read_only=True)
+    con = store.open_db(scenario_db("journal_runs", "decode_restart_old_build"), read_only=True)
     try:
         opts = verdict.VerdictOptions(watchdog_timeout_s=60)
         alone = verdict.compute_verdict(con, opts).to_json()
@@ -200,13 +81,13 @@ def test_nested_materialised_reuses_tables_and_follows_options(ingested) -> None
 
 
 def test_a_read_only_database_with_another_versions_views_gets_this_versions_fast(
-    ingested, tmp_path: Path
+    scenario_db, tmp_path: Path
 ) -> None:
     """A database another pdforensics wrote (its stored views differ), opened read-only: this
     version's views answer, from the overlay catalog, and `materialised` still shadows the heavy
     ones with their rows: tables, or views of a kept judgement's tables (as temporary views of
     the views they could not be: every reader recomputed them)."""
-    fresh = ingested("wedge_after_decode_restart", "json")
+    fresh = scenario_db("json", "wedge_after_decode_restart")
     con = store.open_db(fresh, read_only=True)
     try:
         want = verdict.compute_verdict(con, verdict.VerdictOptions()).to_json()
@@ -243,9 +124,9 @@ def test_a_read_only_database_with_another_versions_views_gets_this_versions_fas
         con.close()
 
 
-def test_the_views_rank_classes_in_the_order_of_verdict_classes(ingested) -> None:
+def test_the_views_rank_classes_in_the_order_of_verdict_classes(scenario_db) -> None:
     """`pdf_class_rank` (the views' and saved queries' sort by class) is `verdict.CLASSES`' order."""
-    con = store.open_db(ingested("decode_restart_old_build", "journal"), read_only=True)
+    con = store.open_db(scenario_db("journal_runs", "decode_restart_old_build"), read_only=True)
     try:
         ranks = [con.execute("SELECT pdf_class_rank(?)", [c]).fetchone() for c in verdict.CLASSES]
         assert ranks == [(i,) for i in range(1, len(verdict.CLASSES) + 1)]
