@@ -200,7 +200,6 @@ _OPTION_OF = {"pdf_watchdog_timeout_s": "--watchdog-timeout", "pdf_grace_s": "--
 
 
 _READS = {"SELECT", "SET", "EXPLAIN", "MULTI", "VARIABLE_SET", "PRAGMA"}
-_COPY_OUT = re.compile(r"\s*COPY\s*\(", re.IGNORECASE)  # COPY (query) TO file reads; COPY t FROM writes
 
 
 def _worth_materialising(con: duckdb.DuckDBPyConnection, sql: str) -> bool:
@@ -210,10 +209,7 @@ def _worth_materialising(con: duckdb.DuckDBPyConnection, sql: str) -> bool:
         statements = con.extract_statements(sql)
     except duckdb.Error:
         return False  # execute() reports the parse error with its position
-    kinds = {
-        "SELECT" if st.type.name == "COPY" and _COPY_OUT.match(st.query) else st.type.name
-        for st in statements
-    }
+    kinds = {st.type.name for st in statements}
     if not kinds or not kinds <= _READS:
         return False
     words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", sql.lower()))
@@ -233,10 +229,24 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, label: str = "query") -> d
 _TEMP_NAME = re.compile(r'"*temp"*\.(?:"*main"*\.)?"*(\w+)"*')
 
 
+def confine(con: duckdb.DuckDBPyConnection) -> None:
+    """From here on the connection reads its database and nothing else: no file read or written
+    (`COPY ... TO`, `read_text`, `EXPORT DATABASE`, `ATTACH`), no extension installed or loaded,
+    and no setting changed back (DuckDB's `enable_external_access` off, the configuration locked).
+    Run after the views are computed and the kept judgements attached: the user's query last."""
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
 def _explain(exc: duckdb.Error, label: str) -> str:
     text = _TEMP_NAME.sub(r'"\1"', str(exc).rstrip())
     if "read-only mode" in text or "attached in read-only" in text:
         text += "\n(pdforensics sql is read-only: `pdforensics ingest` is what writes the database)"
+    elif "disabled by configuration" in text or "configuration has been locked" in text:
+        text += (
+            "\n(pdforensics sql reads the database only: no file, extension or setting;"
+            " `pdforensics export` writes files, and DuckDB itself opens the file for anything else)"
+        )
     return f"{label} failed: {text}"
 
 
@@ -250,6 +260,7 @@ def run_query(db: Path, query: str, fmt: str, opts: VerdictOptions | None, out: 
         settings, sql = split_settings(con, sql)
         # A query over the tables alone need not pay for computing the views.
         with prepared(con, opts, materialise=_worth_materialising(con, sql), settings=settings, label=label):
+            confine(con)
             cur = execute(con, sql, label)
             try:
                 write_result(cur, fmt, out)

@@ -251,6 +251,46 @@ def test_connection_is_read_only(db: Path, sql: str) -> None:
     after.close()
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY (SELECT message FROM lines) TO '{out}/copy.csv'",
+        "COPY lines TO '{out}/table.parquet'",
+        "EXPORT DATABASE '{out}/export'",
+        "ATTACH '{out}/other.duckdb' AS other",
+        "SELECT * FROM read_text('{secret}')",
+        "SELECT * FROM read_csv('{secret}')",
+        "SELECT * FROM glob('{out}/*')",
+        "INSTALL httpfs",
+        "SELECT 1; COPY (SELECT 1) TO '{out}/second.csv'",
+    ],
+)
+def test_a_query_reaches_no_file_beyond_the_database(db: Path, tmp_path: Path, sql: str) -> None:
+    """Issue 29, item 8: DuckDB's external access is off for the user's query (the views and the
+    kept judgements are in place before), so nothing is written or read outside the database."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password\n")
+    with pytest.raises(query.QueryError, match="reads the database only") as err:
+        run(db, sql.format(out=tmp_path, secret=secret))
+    assert "password" not in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret.txt"]
+
+
+@pytest.mark.parametrize("sql", ["SET enable_external_access = true", "SET lock_configuration = false"])
+def test_a_query_cannot_turn_the_confinement_off(db: Path, sql: str) -> None:
+    with pytest.raises(query.QueryError, match="reads the database only"):
+        run(db, f"{sql}; SELECT * FROM read_text('/etc/hostname')")
+
+
+def test_a_confined_query_still_reads_the_views_and_duckdbs_functions(db: Path) -> None:
+    got = rows(
+        db,
+        "SELECT (SELECT count(*) FROM requests) > 0 AS r, json_extract('{\"a\": 2}', '$.a')::INT AS j, "
+        "timezone('Europe/Berlin', TIMESTAMPTZ '2026-01-01 00:00:00+00') AS berlin",
+    )
+    assert got == [{"r": True, "j": 2, "berlin": "2026-01-01T01:00:00"}]
+
+
 def test_options_become_session_variables(db: Path) -> None:
     got = rows(db, "SELECT getvariable('pdf_watchdog_timeout_s') AS t, getvariable('pdf_grace_s') AS g")
     assert got == [{"t": 60.0, "g": 10.0}]
