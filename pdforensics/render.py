@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,17 @@ if TYPE_CHECKING:
 
     from pdforensics.ingest import IngestSummary
     from pdforensics.verdict import Verdict
+
+# C0 and C1 controls but newline and tab: ESC opens CSI/OSC sequences (OSC 52 writes the
+# clipboard, CSI 2J clears the screen), 0x9b is CSI alone on some terminals.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """Text from log lines (messages, hosts, units: whatever a sender wrote) as a terminal shows
+    it harmlessly: each control character but newline and tab as `\\xNN`."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
 
 VERDICT_STYLE = {
     "nothing_stuck": "bold green",
@@ -154,7 +166,9 @@ def print_verdict_line(v: Verdict) -> None:
     data = v.to_json()
     reason = data["reasons"][0] if data["reasons"] else ""
     style = VERDICT_STYLE.get(data["verdict"], "bold")
-    line = Text.assemble("verdict: ", (data["verdict"], style), f" ({data['evidence_level']}) {reason}")
+    line = Text.assemble(
+        "verdict: ", (data["verdict"], style), terminal_safe(f" ({data['evidence_level']}) {reason}")
+    )
     _console().print(line)
 
 
@@ -164,7 +178,7 @@ def print_verdict(v: Verdict, as_json: bool) -> None:
         return
     from pdforensics.verdict import render_text
 
-    _console().print(render_text(v), markup=False)
+    _console().print(terminal_safe(render_text(v)), markup=False)
 
 
 def print_timeline(t: Any, as_json: bool) -> None:
@@ -173,7 +187,7 @@ def print_timeline(t: Any, as_json: bool) -> None:
         return
     from pdforensics.verdict import render_timeline
 
-    _console().print(render_timeline(t), markup=False)
+    _console().print(terminal_safe(render_timeline(t)), markup=False)
 
 
 # Monitoring-plugin status words, by `verdict --check` exit code.
@@ -210,7 +224,7 @@ def check_line(v: Verdict) -> str:
 
 
 def print_check(v: Verdict) -> None:
-    sys.stdout.write(check_line(v) + "\n")
+    sys.stdout.write(terminal_safe(check_line(v)) + "\n")
 
 
 def ingest_json(s: IngestSummary) -> dict[str, Any]:

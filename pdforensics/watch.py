@@ -47,6 +47,7 @@ from pdforensics.errors import DatabaseError
 from pdforensics.follow import FileFollower, Follower, JournalFollower
 from pdforensics.livefold import LiveFold, alert_json
 from pdforensics.parse import ParseOptions, StreamCarry, parse_records
+from pdforensics.render import terminal_safe
 from pdforensics.schema import RECORD_SCHEMA, empty_rejects
 
 STATE_PREFIX = "watch_state:"
@@ -226,7 +227,7 @@ class Watcher:
         if alert["id"] in self.delivered:
             return
         out = self.cfg.out
-        out.write((json.dumps(alert) if self.cfg.json_out else human(alert)) + "\n")
+        out.write((json.dumps(alert) if self.cfg.json_out else terminal_safe(human(alert))) + "\n")
         out.flush()
         if self.cfg.exec_cmd:
             self._exec(alert)

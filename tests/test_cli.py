@@ -433,3 +433,27 @@ def test_database_errors_name_the_db_path_not_a_temporary_one(tmp_path: Path) ->
         assert out.code == 4, out
         line = one_line(out.stderr)
         assert "creating" not in line and '"/proc/x.duckdb"' in line, line
+
+
+def test_control_sequences_from_log_lines_never_reach_the_terminal(tmp_path: Path) -> None:
+    """Issue 29, item 7: an OSC 52 (writes the clipboard) and a CSI 2J (clears the screen) in a
+    request's rid reach `verdict` and `timeline` as visible `\\x1b`, never as the bytes."""
+    from pdforensics.paths import fixtures_dir
+
+    src = fixtures_dir() / "healthy" / "plain" / "dsv4-node-01-sglang-dsv4-prefill.log"
+    lines = src.read_text().splitlines(keepends=True)
+    k = next(
+        i for i, ln in enumerate(lines) if "Receive: obj=GenerateReqInput(rid='" in ln and "HEALTH" not in ln
+    )
+    rid = re.search(r"rid='([^']+)'", lines[k]).group(1)
+    evil = "evil\x1b]52;c;aGk=\x07\x1b[2J"
+    lines.insert(k + 1, lines[k].replace(rid, evil).replace("bootstrap_room=", "bootstrap_room=1"))
+    log = tmp_path / "dsv4-node-01-sglang-dsv4-prefill.log"
+    log.write_text("".join(lines))
+    db = str(tmp_path / "evil.duckdb")
+    assert run("ingest", "--db", db, "--file", str(log), "--tz", "UTC", "-q").returncode == 0
+    for args in (["verdict", "--watchdog-timeout", "60"], ["timeline", "evil"]):
+        proc = run(*args, "--db", db, env={"COLUMNS": "400"})
+        assert proc.returncode in (0, 1, 2, 3), proc.stderr
+        assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, args
+        assert "evil\\x1b]52;c;aGk=\\x07" in proc.stdout, (args, proc.stdout[-2000:])

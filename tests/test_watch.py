@@ -375,3 +375,23 @@ def test_firings_with_traffic_flowing_between_them_are_no_wedge(tmp_path: Path) 
     alerts = _once_alerts(tmp_path, lines)
     assert [a["alert"] for a in alerts if a["alert"] != "watchdog_fired"] == []
     assert all(a["backpressure"] is None for a in alerts)  # no decode batch line: load unknown
+
+
+def test_an_alert_line_shows_control_sequences_instead_of_sending_them(tmp_path: Path) -> None:
+    """Issue 29, item 7: a rid from a log line carrying OSC 52 and CSI 2J is printed as `\\x1b`
+    by the human alert line; the alert log keeps the JSON (escaped by JSON itself)."""
+    sink = io.StringIO()
+    cfg = WatchConfig(db=tmp_path / "w.duckdb", followers=[], catalog=load_catalog([]), out=sink)
+    w = Watcher(cfg)
+    evil = "evil\x1b]52;c;aGk=\x07\x1b[2J"
+    alert = {
+        "id": "a1", "alert": "silent_pin", "host": "gpu-\x1b[31ma", "at": "2026-11-29T12:00:00Z",
+        "detected": "2026-11-29T12:01:10Z", "bootstrap_room": "1", "rid": evil, "decode_rid": None,
+        "dwell_s": 70.0, "timeout_s": 60.0, "grace_s": 10.0, "evidence_level": "L1", "possibly_hidden": False,
+    }  # fmt: skip
+    w._deliver(alert)
+    out = sink.getvalue()
+    assert "\x1b" not in out and "\x07" not in out
+    assert "rid=evil\\x1b]52;c;aGk=\\x07\\x1b[2J" in out and "host=gpu-\\x1b[31ma" in out
+    logged = json.loads(w.alert_log.read_text().splitlines()[0])
+    assert logged["rid"] == evil
