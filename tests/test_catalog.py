@@ -267,10 +267,10 @@ def test_an_unreadable_catalog_file_is_a_usage_error(tmp_path: Path, monkeypatch
     # (chmod 000 does not stop root, which the tests may run as: the read is made to fail instead)
     path = _write(tmp_path, GOOD)
 
-    def denied(self: Path, *args: Any, **kwargs: Any) -> str:
-        raise PermissionError(13, "Permission denied", str(self))
+    def denied(file: Any, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(13, "Permission denied", str(file))
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    monkeypatch.setattr("pdforensics.catalog.files.open", denied, raising=False)
     with pytest.raises(UsageError, match="cannot be read: permission denied"):
         load_catalog([path])
 

@@ -457,3 +457,38 @@ def test_control_sequences_from_log_lines_never_reach_the_terminal(tmp_path: Pat
         assert proc.returncode in (0, 1, 2, 3), proc.stderr
         assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, args
         assert "evil\\x1b]52;c;aGk=\\x07" in proc.stdout, (args, proc.stdout[-2000:])
+
+
+@pytest.mark.parametrize(
+    ("option", "special", "needle"),
+    [
+        ("--journal-file", "fifo", "is not a regular file (a pipe or a device?); pass a .journal file"),
+        ("--catalog", "fifo", "catalog file {p} is not a regular file"),
+        ("--prefixes", "fifo", "prefix file {p} is not a regular file"),
+        ("--catalog", "/dev/zero", "catalog file /dev/zero is not a regular file"),
+        ("--prefixes", "/dev/zero", "prefix file /dev/zero is not a regular file"),
+        ("--catalog", "big", "catalog file {p} is larger than 4 MiB"),
+    ],
+)
+def test_a_pipe_a_device_or_a_huge_file_is_refused_in_one_line(
+    tmp_path: Path, option: str, special: str, needle: str
+) -> None:
+    """Issue 29, item 4: a FIFO blocked the read forever, /dev/zero filled memory. (The timeout
+    only keeps a regression from hanging the suite; nothing here depends on how fast it runs.)"""
+    if special == "fifo":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)
+    elif special == "big":
+        path = tmp_path / "big.toml"
+        path.write_bytes(b"# padding\n" * (500 * 1024))
+    else:
+        path = Path(special)
+    log = tmp_path / "a.log"
+    log.write_text("[2026-11-29 12:00:00] Prefill batch. #new-seq: 1\n")
+    extra = [] if option == "--journal-file" else ["--file", str(log)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdforensics", "ingest", "--db", str(tmp_path / "x.duckdb"), option, str(path), *extra],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == (3 if option == "--journal-file" else 2), proc.stderr
+    assert_one_line_error(proc, proc.returncode, needle.format(p=path))

@@ -26,6 +26,7 @@ from typing import Any
 
 import polars as pl
 
+from pdforensics.catalog.files import read_toml_text
 from pdforensics.errors import UsageError
 from pdforensics.schema import ENGINES
 
@@ -198,19 +199,7 @@ def _toml_type(value: Any) -> str:
 
 def read_catalog_file(path: Path) -> list[Entry]:
     """One TOML catalog file; anything wrong with it is a UsageError of one line (exit 2)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"catalog file not found: {path}") from None
-    except IsADirectoryError:
-        raise UsageError(f"catalog file {path} is a directory; pass a .toml file") from None
-    except PermissionError:
-        raise UsageError(f"catalog file {path} cannot be read: permission denied") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"catalog file {path} is not valid TOML: not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:  # a FIFO that errors, a device, a name too long, too many symlink levels...
-        reason = exc.strerror or type(exc).__name__
-        raise UsageError(f"catalog file {path} cannot be read: {reason}") from None
+    text = read_toml_text(path, "catalog")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from pdforensics.catalog.files import read_toml_text
 from pdforensics.errors import UsageError
 
 BUNDLED = Path(__file__).with_name("prefixes.toml")
@@ -115,11 +116,7 @@ def _check(raw: Any, where: str) -> Prefix:
 
 def read_prefix_file(path: Path) -> tuple[list[Prefix], dict[str, tuple[str, ...]]]:
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"prefix file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"prefix file {path} cannot be read: {exc}") from None
+        data = tomllib.loads(read_toml_text(path, "prefix"))
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(
             f"prefix file {path} is not valid TOML: {(str(exc).splitlines() or [''])[0]}"

@@ -218,6 +218,8 @@ class JournalSource:
             raise _unreadable(f) from e
         if not os.access(f, os.R_OK):
             raise _unreadable(f)
+        if not f.is_file():  # a FIFO or a device: sd_journal would wait on it forever
+            raise SourceError(f"{f} is not a regular file (a pipe or a device?); pass a .journal file")
 
     # -- resuming ------------------------------------------------------------------------------------
 
