@@ -362,6 +362,36 @@ def test_json_chunk_boundaries(tmp_path: Path) -> None:
 # -- plain text logs ---------------------------------------------------------------------------------
 
 
+def test_a_zero_filled_start_is_one_counted_reject_and_the_text_after_it_is_read(tmp_path: Path) -> None:
+    """Issue 29, item 5: what copytruncate without O_APPEND (or a crash) leaves: the file starts
+    with zero bytes up to where the writer was, then its new lines. It was "not text" (exit 3)."""
+    from pdforensics.catalog import load_catalog
+    from pdforensics.ingest import ingest
+
+    healthy = (
+        Path(__file__).parent.parent
+        / "fixtures"
+        / "healthy"
+        / "plain"
+        / "dsv4-node-01-sglang-dsv4-prefill.log"
+    )
+    text = healthy.read_bytes()
+    log = tmp_path / "prefill.log"
+    log.write_bytes(b"\x00" * 200_000 + text + b"\x00" * 10 + b"\n")
+    got = read(PlainFileSource(log))
+    records, rejects = got.records, got.rejects
+    assert records["message"].to_list() == text.decode().splitlines()
+    assert rejects.select("position", "reason", "sample").rows() == [
+        ("byte 0", "zero bytes skipped (a zero-filled stretch: copytruncate without O_APPEND, or a crash)",
+         "200000 zero bytes"),
+        (f"byte {200_000 + len(text)}",
+         "zero bytes skipped (a zero-filled stretch: copytruncate without O_APPEND, or a crash)", "10 zero bytes"),
+    ]  # fmt: skip
+    db = tmp_path / "z.duckdb"
+    summary = ingest(db, [open_file_source(log)], Selection(), load_catalog(), tz="UTC")
+    assert summary.rejected == 2 and summary.stored == len(text.splitlines())
+
+
 def test_plain_records_offsets_and_identity(tmp_path: Path) -> None:
     data = b"[2026-11-29 10:00:00 TP0] first\r\n\r\nTraceback (most recent call last):\n  caf\xc3\xa9 \xff\x00end\nlast"
     path = tmp_path / "prefill.log"

@@ -45,6 +45,7 @@ MAX_BINARY_SHARE = 0.30
 # that are not UTF-8 (decoded as U+FFFD).
 _NON_TEXT = re.compile("[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f\ufffd]")
 _LONG = "line longer than 1 MiB"
+_ZEROS = "zero bytes skipped (a zero-filled stretch: copytruncate without O_APPEND, or a crash)"
 
 
 def unit_from_name(path: Path) -> str:
@@ -73,7 +74,9 @@ def pod_from_path(path: Path) -> tuple[str, str] | None:
 
 
 def non_text_share(head: bytes) -> float:
-    text = head.decode("utf-8", "replace")
+    """The share of the head that is not text, zero bytes aside: a zero-filled stretch (what
+    copytruncate without O_APPEND or a crash leaves) is skipped and counted by the reader."""
+    text = head.replace(b"\x00", b"").decode("utf-8", "replace")
     return len(_NON_TEXT.findall(text)) / len(text) if text else 0.0
 
 
@@ -146,18 +149,30 @@ class PlainFileSource:
         end = base + len(buf) + (not buf.endswith(b"\n"))
         lines = lines.with_columns(size=c("off").shift(-1, fill_value=end) - c("off") - 1)
         too_long = c("size") > MAX_LINE_BYTES
+        # Zero bytes that open a line (what copytruncate without O_APPEND, or a crash, leaves before
+        # the next text) are a piece of their own: a reject; the text after them is the line.
+        zeros = c("line").str.starts_with("\x00").fill_null(False)
+        lead = c("line").str.len_bytes() - c("line").str.strip_chars_start("\x00").str.len_bytes()
+        # (pl.concat_str, not pl.format: polars 2.1's format panics on some frames split_lines makes)
+        position = pl.concat_str(pl.lit("byte "), c("off").cast(pl.String))
         rejects = pl.concat(
             [
                 rejects_frame((self.label, f"byte {off}", _LONG, escape_sample(head)) for off, head in long),
                 lines.filter(too_long).select(
                     source=pl.lit(self.label),
-                    position=pl.format("byte {}", c("off")),
+                    position=position,
                     reason=pl.lit(_LONG),
                     sample=escape_expr(c("line").str.slice(0, 200)),
                 ),
+                lines.filter(~too_long & zeros).select(
+                    source=pl.lit(self.label),
+                    position=position,
+                    reason=pl.lit(_ZEROS),
+                    sample=pl.concat_str(lead.cast(pl.String), pl.lit(" zero bytes")),
+                ),
             ]
         )
-        records = lines.filter(~too_long).select(
+        records = lines.filter(~too_long & ~(zeros & (lead == c("line").str.len_bytes()))).select(
             source=pl.lit(self.label),
             source_key=pl.lit(self.key),
             seq=c("off"),
@@ -170,6 +185,9 @@ class PlainFileSource:
             invocation_id=pl.lit(None, pl.String),
             syslog_identifier=pl.lit(None, pl.String),
             priority=pl.lit(None, pl.Int8),
-            message=c("line").fill_null(""),
+            message=pl.when(zeros)
+            .then(c("line").str.strip_chars_start("\x00"))
+            .otherwise(c("line"))
+            .fill_null(""),
         )
         return RecordBatch(records.cast(RECORD_SCHEMA), rejects)  # type: ignore[arg-type]
