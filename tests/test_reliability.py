@@ -558,7 +558,8 @@ def hostile_files(d: Path) -> dict[str, tuple[Path, int, int]]:
     ten_mb = "y" * (10 << 20)
     put("ten-mb-line.log", plain_line("first") + plain_line(ten_mb) + plain_line("after"), 2, 1)
     put("ten-mb-line.json", json_entry(1, ten_mb) + json_entry(2, "after"), 2, 0)
-    put("nul-bytes.log", plain_line("before\x00after") * 3 + b"\x00\x00\x00\n", 4, 0)
+    # the zero-only line: one counted reject (issue 29 item 5)
+    put("nul-bytes.log", plain_line("before\x00after") * 3 + b"\x00\x00\x00\n", 3, 1)
     put(
         "invalid-utf8.log",
         plain_line("ok") + b"[2026-11-29 10:00:01 TP0] caf\xe9 \xff\xfe \xc3\x28 \xed\xa0\x80\n",
