@@ -27,6 +27,7 @@ import duckdb
 
 from pdforensics import paths, store
 from pdforensics.errors import PdfError, UsageError
+from pdforensics.render import terminal_safe
 
 if TYPE_CHECKING:
     from pdforensics.verdict import VerdictOptions
@@ -391,7 +392,7 @@ def _md_cell(value: Any) -> str:
     if value is None:
         return "NULL"
     text = _text(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", "<br>")
-    return _visible(text)
+    return terminal_safe(text, one_line=True)
 
 
 def _write_markdown(cols: list[Column], chunks: Iterator[list[tuple]], out: TextIO) -> None:
@@ -401,17 +402,9 @@ def _write_markdown(cols: list[Column], chunks: Iterator[list[tuple]], out: Text
         out.write("".join("| " + " | ".join(_md_cell(v) for v in r) + " |\n" for r in rows))
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _visible(text: str) -> str:
-    """Control characters (ANSI colour codes in log lines) would garble a terminal: show them."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
 def _table_cell(value: Any) -> str:
     text = "NULL" if value is None else _text(value)
-    text = _visible(text.replace("\r", "").replace("\n", "⏎").replace("\t", " "))
+    text = terminal_safe(text.replace("\r", "").replace("\n", "⏎").replace("\t", " "), one_line=True)
     return text if len(text) <= TABLE_CELL_MAX else text[: TABLE_CELL_MAX - 1] + "…"
 
 

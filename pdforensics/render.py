@@ -17,15 +17,18 @@ if TYPE_CHECKING:
     from pdforensics.ingest import IngestSummary
     from pdforensics.verdict import Verdict
 
-# C0 and C1 controls but newline and tab: ESC opens CSI/OSC sequences (OSC 52 writes the
-# clipboard, CSI 2J clears the screen), 0x9b is CSI alone on some terminals.
+# C0 and C1 controls: ESC opens CSI/OSC sequences (OSC 52 writes the clipboard, CSI 2J clears
+# the screen), 0x9b is CSI alone on some terminals. Newline and tab are kept where text has lines.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_ONE_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def terminal_safe(text: str) -> str:
+def terminal_safe(text: str, one_line: bool = False) -> str:
     """Text from log lines (messages, hosts, units: whatever a sender wrote) as a terminal shows
-    it harmlessly: each control character but newline and tab as `\\xNN`."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    it harmlessly: each control character as `\\xNN`, but newline and tab unless `one_line`
+    (a table cell)."""
+    pattern = _CONTROL_ONE_LINE if one_line else _CONTROL
+    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 VERDICT_STYLE = {

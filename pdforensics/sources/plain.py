@@ -152,7 +152,8 @@ class PlainFileSource:
         # Zero bytes that open a line (what copytruncate without O_APPEND, or a crash, leaves before
         # the next text) are a piece of their own: a reject; the text after them is the line.
         zeros = c("line").str.starts_with("\x00").fill_null(False)
-        lead = c("line").str.len_bytes() - c("line").str.strip_chars_start("\x00").str.len_bytes()
+        after = c("line").str.strip_chars_start("\x00")
+        lead = c("line").str.len_bytes() - after.str.len_bytes()
         # (pl.concat_str, not pl.format: polars 2.1's format panics on some frames split_lines makes)
         position = pl.concat_str(pl.lit("byte "), c("off").cast(pl.String))
         rejects = pl.concat(
@@ -172,7 +173,7 @@ class PlainFileSource:
                 ),
             ]
         )
-        records = lines.filter(~too_long & ~(zeros & (lead == c("line").str.len_bytes()))).select(
+        records = lines.filter(~too_long & ~(zeros & (after == ""))).select(
             source=pl.lit(self.label),
             source_key=pl.lit(self.key),
             seq=c("off"),
@@ -185,9 +186,6 @@ class PlainFileSource:
             invocation_id=pl.lit(None, pl.String),
             syslog_identifier=pl.lit(None, pl.String),
             priority=pl.lit(None, pl.Int8),
-            message=pl.when(zeros)
-            .then(c("line").str.strip_chars_start("\x00"))
-            .otherwise(c("line"))
-            .fill_null(""),
+            message=after.fill_null(""),  # a line that opens with no zero byte is itself
         )
         return RecordBatch(records.cast(RECORD_SCHEMA), rejects)  # type: ignore[arg-type]
