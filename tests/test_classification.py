@@ -362,6 +362,17 @@ def test_old_builds_print_the_batch_before_it_joins(log: Log) -> None:
 def test_floor_that_drains_is_not_a_pin(log: Log) -> None:
     for t in range(10, 240, 20):
         log.batch(t, inflight=3 if t < 100 else 1)
+    # the decode observed too: without it no window is nothing_stuck (test_verdict_honesty)
+    log.add(
+        230,
+        DECODE,
+        "decode_stats",
+        "Decode batch",
+        running_req=0,
+        transfer_req=0,
+        prealloc_req=0,
+        queue_req=0,
+    )
     v = log.verdict()
     assert v.counts["anonymous_pins"] == 0 and v.verdict == "nothing_stuck"
 

@@ -200,36 +200,7 @@ CASES = GRID if os.environ.get(ENV) == "all" else sample(GRID)
 # Families the evidence model does not reach yet, found by the whole grid (issue 26's closing note
 # says what each needs). Each is a known wrong answer, kept visible: a listed case that starts to
 # pass fails here (strict), and its entry must go.
-_NO_DECODE = (
-    "with no line of the decode (its unit or host dropped), a prefill Finish: classes the request "
-    "`completed` although its decode end (an abort, a loss, still generating) is not observed"
-)
-_RESTART_RELEASES = (
-    "the restart releases what the old process held (design: `lost`), and at L1 the new process's "
-    "requests are named by their own lines: whether a gauge-less incarnation at L1 observes its "
-    "inflight queue is the open question"
-)
-KNOWN_GAPS: dict[str, str] = {
-    "abort_storm_clean-drop_host-gb200-b": _NO_DECODE,
-    "abort_storm_pins-drop_unit-dsv4-node-02,sglang-dsv4-decode.service": _NO_DECODE,
-    "decode_restart_old_build-drop_unit-dsv4-node-01,sglang-dsv4-decode.service": _NO_DECODE,
-    "decode_restart_watchdog_fires-drop_host-dsv4-d01": _NO_DECODE,
-    "frozen_decode_transfer_queue-drop_unit-dsv4-node-25,sglang-dsv4-decode.service": _NO_DECODE
-    + "; and the frozen decode queue that made it inconclusive goes with it",
-    "multihost_skew-drop_host-d-node-01": _NO_DECODE,
-    "prefill_goes_silent-drop_unit-dsv4-node-11,sglang-dsv4-decode.service": _NO_DECODE
-    + "; and a prefill silent to the window end decides nothing without the decode's traffic",
-    "rebootstrap_leg-drop_host-dsv4-d26": _NO_DECODE,
-    "short_window-drop_unit-h100-lab-3,sglang-dsv4-decode.service": _NO_DECODE,
-    "upstream_bootstrap_timeout_with_watchdog-drop_unit-dsv4-node-23,sglang-dsv4-decode.service": _NO_DECODE,
-    "watchdog_armed_never_fires-drop_unit-b200-07,sglang-dsv4-decode.service": _NO_DECODE,
-    "abort_storm_pins-restart_onto_build_without_field-dsv4-node-02,1795953992653605": _RESTART_RELEASES,
-    "cri_split_records-restart_onto_build_without_field-sglang-prefill-0,1795954021100636": _RESTART_RELEASES,
-    "fleet_16_hosts-restart_onto_build_without_field-p-node-05,1795954039025638": _RESTART_RELEASES,
-    "rebootstrap_leg-restart_onto_build_without_field-dsv4-p26,1795954105779961": _RESTART_RELEASES,
-    "watchdog_armed_never_fires-restart_onto_build_without_field-b200-07,1795954009580663": _RESTART_RELEASES,
-    "window_starts_after_armed-restart_onto_build_without_field-dsv4-node-15,1795954051779312": _RESTART_RELEASES,
-}
+KNOWN_GAPS: dict[str, str] = {}
 # Identity is (deployment, room) in the design; the views still key a request by its room, so two
 # deployments' rooms merge into one row. Not strict: some concatenations have no open room to lose.
 _MERGED_DEPLOYMENTS = (

@@ -758,17 +758,38 @@ silent AS (
 -- repeated.
 -- Observation is per queue (design.md, "Observed"): a batch line observes the inflight queue only
 -- when it carries `#inflight-req` (the gauge `samples`); one of a build whose line lacks the field
--- observes the running queue, not this one.
+-- observes the running queue, not this one. Request lines observe it alongside the gauge, not in
+-- its place: once the prefill's batch lines stop carrying the field (a restart onto a build, or a
+-- catalog entry, without it) they count again only from the next line that carries it.
+-- Batch lines that carry no `#inflight-req` (a build, or a catalog entry, without the field): the
+-- prefill ran batches there, so requests entered a queue no line observed.
+gaugeless AS MATERIALIZED (
+    SELECT coalesce(e.host, '') AS host, e.ts_us - coalesce(o.offset_us, 0) AS t_us, e.entry
+    FROM events AS e
+    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.event = 'prefill_stats' AND e.engine = 'prefill' AND e.inflight_req IS NULL
+),
+stat_lines AS (
+    SELECT host, t_us, true AS carries FROM samples
+    UNION ALL
+    SELECT host, t_us, false FROM gaugeless
+),
 queue_seen AS MATERIALIZED (
     SELECT host, sec * 1000000 - any_value(off) AS lo_t, max(hi_us) - any_value(off) AS hi_t
     FROM (
-        SELECT e.host, e.sec, e.hi_us, coalesce(o.offset_us, 0) AS off
-        FROM event_secs AS e
-        LEFT JOIN offsets AS o ON o.host = e.host
-        WHERE e.engine = 'prefill'
-          AND e.event IN ('request_received', 'request_finished', 'req_time_stats',
-                          'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',
-                          'watchdog_fired', 'abort_request')
+        SELECT r.host, r.sec, r.hi_us, r.off
+        FROM (
+            SELECT e.host, e.sec, e.hi_us, coalesce(o.offset_us, 0) AS off, e.hi_us - coalesce(o.offset_us, 0) AS t_us
+            FROM event_secs AS e
+            LEFT JOIN offsets AS o ON o.host = e.host
+            WHERE e.engine = 'prefill'
+              AND e.event IN ('request_received', 'request_finished', 'req_time_stats',
+                              'prefill_bootstrap_failed', 'prefill_transfer_failed', 'transfer_error',
+                              'watchdog_fired', 'abort_request')
+        ) AS r
+        ASOF LEFT JOIN stat_lines AS k ON k.host = r.host AND k.t_us <= r.t_us
+        WHERE coalesce(k.carries, true)
         UNION ALL
         SELECT x.host, x.ts_us // 1000000, x.ts_us, x.ts_us - x.t_us FROM samples AS x
     )
@@ -783,25 +804,16 @@ quiet_gaps AS (
     UNION ALL
     SELECT q.host, max(q.hi_t), any_value(s.end_t), false FROM queue_seen AS q, s GROUP BY q.host
 ),
--- Batch lines that carry no `#inflight-req` (a build, or a catalog entry, without the field): the
--- prefill ran batches there, so requests entered a queue no line observed.
-gaugeless AS MATERIALIZED (
-    SELECT coalesce(e.host, '') AS host, e.ts_us - coalesce(o.offset_us, 0) AS t_us, e.entry
-    FROM events AS e
-    JOIN hw ON hw.host = coalesce(e.host, '') AND e.ts_us >= hw.lo_us AND e.ts_us <= hw.hi_us
-    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
-    WHERE e.event = 'prefill_stats' AND e.engine = 'prefill' AND e.inflight_req IS NULL
-),
 -- n: the batch lines without the gauge inside the silence (the queue was in use, unobserved)
 quiet AS (
     SELECT 'prefill_silent' AS kind, g.host, 'prefill' AS engine, NULL AS unit,
         greatest(g.from_t, s.ctx_start_t) AS from_t, g.to_t, nullif(count(x.t_us), 0)::BIGINT AS n,
-        format('the prefill showed nothing of its queues for {:.0f} s (no {}batch line, no request line{}){}',
+        format('the prefill showed nothing of its queues for {:.0f} s ({}{}){}',
                (g.to_t - greatest(g.from_t, s.ctx_start_t)) / 1e6,
-               CASE WHEN count(x.t_us) > 0 THEN '#inflight-req in any ' ELSE '' END,
+               CASE WHEN count(x.t_us) > 0 THEN 'no #inflight-req in any batch line' ELSE 'no batch line, no request line' END,
                CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END,
                CASE WHEN count(x.t_us) > 0
-                    THEN format(': it ran {} batch(es) whose lines carry no #inflight-req (line shape {}), so its inflight queue was not observed',
+                    THEN format(': it ran {} batch(es) whose lines carry no #inflight-req (line shape {}), so its inflight queue was not observed (request lines name what entered and left it, but not what an unlogged abort or completion left in it)',
                                 count(x.t_us), string_agg(DISTINCT coalesce(x.entry, '?'), ', '))
                     ELSE '' END) AS detail,
         g.seen_after

@@ -3,14 +3,15 @@
 --   silent_pin       held by the prefill past timeout+grace with no terminal line (prefill_status 'pinned')
 --   undecided        it may still be held, and the logs cannot tell: a hole covers the moment its
 --                    deadline passed (its end, perhaps a watchdog line, may be in it), the waiting
---                    queue never drained, or no prefill line says which prefill holds it
+--                    queue never drained, or no prefill line says which prefill holds it; or, with
+--                    no decode line in the window, the prefill handed it off and its end is unseen
 --   transfer_failed  a failure line with a non-abort reason ended it (SGLang's own timeouts too:
 --                    `reason` then starts `upstream_timeout (<kind>)`; they are never the watchdog)
 --   retracted        a decode retraction (KV cache pool full) aborted it: neither a race nor a pin
 --   aborted          an abort ended it
 --   lost             the engine holding it stopped or restarted while it was open (or the prefill's
 --                    queues were later seen empty without its end being logged): gone, not stuck
---   completed        finished normally (decode Finish / time stats; prefill-only data: the prefill's Finish)
+--   completed        finished normally (the decode's Finish / time stats)
 --   in_flight        still open at the window end and younger than the timeout
 -- Only requests that live in the window are listed: a request whose last line is before the
 -- window start (context, see time_window) is not judged; one still open at the start is.
@@ -271,9 +272,10 @@ classed AS (
             -- the prefill's hold ended unseen (its incarnation ended, or its queues were later
             -- empty): gone, unless the decode had already finished it
             WHEN (r.status IN ('gone', 'released') AND NOT r.d_completed) OR r.d_gone_t IS NOT NULL THEN 'lost'
-            -- without any decode line in the window, the prefill's own Finish is all there is to see
-            WHEN r.d_completed
-                 OR (NOT (SELECT decode_logged FROM c) AND (r.p_done IS NOT NULL OR r.p_stats_at IS NOT NULL)) THEN 'completed'
+            WHEN r.d_completed THEN 'completed'
+            -- no decode line in the window: the prefill's Finish: ended its hold, but whether the
+            -- decode received and finished it (or holds it still) is not observed
+            WHEN NOT (SELECT decode_logged FROM c) AND (r.p_done IS NOT NULL OR r.p_stats_at IS NOT NULL) THEN 'undecided'
             ELSE 'in_flight'
         END AS class,
         -- the prefill's own lines say where the abort hit; only when it never reported the room
@@ -324,10 +326,11 @@ SELECT
     evidence_level,
     -- the prefill may still hold it: stuck (a silent pin), or not decided either way
     coalesce(prefill_may_hold AND status IN ('pinned', 'young', 'hidden', 'waiting_queue', 'no_prefill'), false) AS might_be_stuck,
-    CASE status
-        WHEN 'hidden' THEN 'a hole on its prefill overlaps its watchdog deadline'
-        WHEN 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
-        WHEN 'no_prefill' THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
+    CASE
+        WHEN status = 'hidden' THEN 'a hole on its prefill overlaps its watchdog deadline'
+        WHEN status = 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
+        WHEN status = 'no_prefill' THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
+        WHEN class = 'undecided' THEN 'the prefill handed it off, but no decode line in the window shows whether the decode received and finished it'
     END AS undecided_reason,
     CASE
         WHEN class <> 'lost' THEN NULL

@@ -610,6 +610,16 @@ reasons AS MATERIALIZED (
     WHERE array_length(c.prefill_hosts) = 0 AND wl.n > 0
     UNION ALL
     SELECT 31, 'undecided',
+        'the decode was never observed: no decode line in the window, so no transfer''s decode side and no decode queue is seen'
+        || coalesce(format(' ({} request(s) the prefill handed off are undecided: {})', hand.n, hand.rooms), '')
+        || '; collect the decode''s journal too (--unit, its host)'
+    FROM c, window_lines AS wl
+    LEFT JOIN (SELECT count(*) AS n, array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END AS rooms
+               FROM rq WHERE class = 'undecided' AND coalesce(prefill_status, '') NOT IN ('hidden', 'waiting_queue', 'no_prefill')
+               HAVING count(*) > 0) AS hand ON true
+    WHERE NOT c.decode_logged AND array_length(c.prefill_hosts) > 0 AND wl.n > 0
+    UNION ALL
+    SELECT 31, 'undecided',
         format('the prefill inflight queue was never observed on {}: no batch line with #inflight-req and no request line in the window (a non-PD server, or its stats lines were not collected; check --unit and --since cover the prefill)',
             string_agg(CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ' ORDER BY host))
     FROM unobserved HAVING count(*) > 0

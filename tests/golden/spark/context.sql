@@ -1527,44 +1527,6 @@ FROM context__seconds AS x
 LEFT JOIN context__offsets AS o
   USING (host);
 
-CREATE OR REPLACE TEMPORARY VIEW context__queue_seen AS
-SELECT
-  host,
-  sec * 1000000 - ANY_VALUE(off, TRUE) AS lo_t,
-  MAX(hi_us) - ANY_VALUE(off, TRUE) AS hi_t
-FROM (
-  SELECT
-    e.host,
-    e.sec,
-    e.hi_us,
-    COALESCE(o.offset_us, 0) AS off
-  FROM context__event_secs AS e
-  LEFT JOIN context__offsets AS o
-    ON o.host = e.host
-  WHERE
-    e.engine = 'prefill'
-    AND e.event IN (
-      'request_received',
-      'request_finished',
-      'req_time_stats',
-      'prefill_bootstrap_failed',
-      'prefill_transfer_failed',
-      'transfer_error',
-      'watchdog_fired',
-      'abort_request'
-    )
-  UNION ALL
-  SELECT
-    x.host,
-    x.ts_us DIV 1000000,
-    x.ts_us,
-    x.ts_us - x.t_us
-  FROM context__samples AS x
-)
-GROUP BY
-  host,
-  sec;
-
 CREATE OR REPLACE TEMPORARY VIEW context__gaugeless AS
 SELECT
   COALESCE(e.host, '') AS host,
@@ -1577,6 +1539,78 @@ LEFT JOIN context__offsets AS o
   ON o.host = COALESCE(e.host, '')
 WHERE
   e.event = 'prefill_stats' AND e.engine = 'prefill' AND e.inflight_req IS NULL;
+
+CREATE OR REPLACE TEMPORARY VIEW context__queue_seen AS
+WITH stat_lines AS (
+  SELECT
+    host,
+    t_us,
+    TRUE AS carries
+  FROM context__samples AS samples
+  UNION ALL
+  SELECT
+    host,
+    t_us,
+    FALSE
+  FROM context__gaugeless AS gaugeless
+)
+SELECT
+  host,
+  sec * 1000000 - ANY_VALUE(off, TRUE) AS lo_t,
+  MAX(hi_us) - ANY_VALUE(off, TRUE) AS hi_t
+FROM (
+  SELECT
+    r.host,
+    r.sec,
+    r.hi_us,
+    r.off
+  FROM (
+    SELECT
+      e.host,
+      e.sec,
+      e.hi_us,
+      COALESCE(o.offset_us, 0) AS off,
+      e.hi_us - COALESCE(o.offset_us, 0) AS t_us
+    FROM context__event_secs AS e
+    LEFT JOIN context__offsets AS o
+      ON o.host = e.host
+    WHERE
+      e.engine = 'prefill'
+      AND e.event IN (
+        'request_received',
+        'request_finished',
+        'req_time_stats',
+        'prefill_bootstrap_failed',
+        'prefill_transfer_failed',
+        'transfer_error',
+        'watchdog_fired',
+        'abort_request'
+      )
+  ) AS r
+  LEFT JOIN (
+    SELECT
+      *,
+      LEAD(t_us) OVER (PARTITION BY host ORDER BY t_us NULLS LAST) AS __asof_edge
+    FROM stat_lines AS __asof_src
+  ) AS k
+    ON k.host = r.host
+    AND k.t_us <= r.t_us
+    AND (
+      k.__asof_edge IS NULL OR r.t_us < k.__asof_edge
+    )
+  WHERE
+    COALESCE(k.carries, TRUE)
+  UNION ALL
+  SELECT
+    x.host,
+    x.ts_us DIV 1000000,
+    x.ts_us,
+    x.ts_us - x.t_us
+  FROM context__samples AS x
+)
+GROUP BY
+  host,
+  sec;
 
 CREATE OR REPLACE TEMPORARY VIEW context__prefill_evidence AS
 /* what the prefill side last showed, per host */
@@ -2311,9 +2345,12 @@ WITH suppressed /* -------------------------------------------------------------
       FORMAT_STRING('%.0f', BROUND((
         g.to_t - GREATEST(g.from_t, s.ctx_start_t)
       ) / 1e6, 0)),
-      ' s (no ',
-      CAST(CASE WHEN COUNT(x.t_us) > 0 THEN '#inflight-req in any ' ELSE '' END AS STRING),
-      'batch line, no request line',
+      ' s (',
+      CAST(CASE
+        WHEN COUNT(x.t_us) > 0
+        THEN 'no #inflight-req in any batch line'
+        ELSE 'no batch line, no request line'
+      END AS STRING),
       CAST(CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END AS STRING),
       ')',
       CAST(CASE
@@ -2323,7 +2360,7 @@ WITH suppressed /* -------------------------------------------------------------
           CAST(COUNT(x.t_us) AS STRING),
           ' batch(es) whose lines carry no #inflight-req (line shape ',
           CAST(LISTAGG(DISTINCT COALESCE(x.entry, '?'), ', ') AS STRING),
-          '), so its inflight queue was not observed'
+          '), so its inflight queue was not observed (request lines name what entered and left it, but not what an unlogged abort or completion left in it)'
         )
         ELSE ''
       END AS STRING)

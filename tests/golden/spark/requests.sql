@@ -464,17 +464,16 @@ WITH held /* Who holds it at the window end, and its life on the reference clock
       OR NOT r.d_gone_t IS NULL
       THEN 'lost'
       WHEN r.d_completed
-      OR (
-        NOT (
-          SELECT
-            decode_logged
-          FROM requests__c AS c
-        )
-        AND (
-          NOT r.p_done IS NULL OR NOT r.p_stats_at IS NULL
-        )
-      )
       THEN 'completed'
+      WHEN NOT (
+        SELECT
+          decode_logged
+        FROM requests__c AS c
+      )
+      AND (
+        NOT r.p_done IS NULL OR NOT r.p_stats_at IS NULL
+      )
+      THEN 'undecided'
       ELSE 'in_flight'
     END AS class,
     COALESCE(r.p_xfer_abort, FALSE) /* the prefill's own lines say where the abort hit; only when it never reported the room */ /* again does the decode's `Decode transfer failed` (past handshake) make it a race */
@@ -547,13 +546,15 @@ SELECT
     AND status IN ('pinned', 'young', 'hidden', 'waiting_queue', 'no_prefill'),
     FALSE
   ) AS might_be_stuck, /* the prefill may still hold it: stuck (a silent pin), or not decided either way */
-  CASE status
-    WHEN 'hidden'
+  CASE
+    WHEN status = 'hidden'
     THEN 'a hole on its prefill overlaps its watchdog deadline'
-    WHEN 'waiting_queue'
+    WHEN status = 'waiting_queue'
     THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
-    WHEN 'no_prefill'
+    WHEN status = 'no_prefill'
     THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
+    WHEN class = 'undecided'
+    THEN 'the prefill handed it off, but no decode line in the window shows whether the decode received and finished it'
   END AS undecided_reason,
   CASE
     WHEN class <> 'lost'

@@ -1693,6 +1693,81 @@ UNION ALL
 SELECT
   31,
   'undecided',
+  'the decode was never observed: no decode line in the window, so no transfer\'s decode side and no decode queue is seen' || COALESCE(
+    CONCAT(
+      ' (',
+      CAST(hand.n AS STRING),
+      ' request(s) the prefill handed off are undecided: ',
+      CAST(hand.rooms AS STRING),
+      ')'
+    ),
+    ''
+  ) || '; collect the decode\'s journal too (--unit, its host)'
+FROM verdict__c AS c, window_lines AS wl
+LEFT JOIN (
+  SELECT
+    COUNT(*) AS n,
+    ARRAY_JOIN(
+      SLICE(
+        CASE
+          WHEN SIZE(
+            ARRAY_SORT(
+              COLLECT_LIST(STRUCT(room AS v, first_t AS k0)),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            )
+          ) = 0
+          THEN NULL
+          ELSE TRANSFORM(
+            ARRAY_SORT(
+              COLLECT_LIST(STRUCT(room AS v, first_t AS k0)),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            ),
+            s -> s.v
+          )
+        END,
+        1,
+        5
+      ),
+      ', '
+    ) || CASE WHEN COUNT(*) > 5 THEN ', ...' ELSE '' END AS rooms
+  FROM verdict__rq AS rq
+  WHERE
+    class = 'undecided'
+    AND NOT COALESCE(prefill_status, '') IN ('hidden', 'waiting_queue', 'no_prefill')
+  HAVING
+    COUNT(*) > 0
+) AS hand
+  ON TRUE
+WHERE
+  NOT c.decode_logged AND SIZE(c.prefill_hosts) > 0 AND wl.n > 0
+UNION ALL
+SELECT
+  31,
+  'undecided',
   CONCAT(
     'the prefill inflight queue was never observed on ',
     CAST(LISTAGG(CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ') WITHIN GROUP (ORDER BY
