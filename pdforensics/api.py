@@ -173,6 +173,10 @@ MIN_US, MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
 
 
 def checked_window(since: str | None, until: str | None, now_us: int, tz: str | None = None) -> Window:
+    if tz is not None:  # checked before anything is read or any run is opened
+        from pdforensics.parse import checked_zone
+
+        checked_zone(tz)
     window = parse_window(since, until, now_us, tz)
     for option, value in (("--since", window.since_us), ("--until", window.until_us)):
         if value is not None and not MIN_US <= value <= MAX_US:

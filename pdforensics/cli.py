@@ -9,6 +9,7 @@ that need them so `--help` stays instant.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -616,6 +617,8 @@ def usage_line(exc: click.UsageError) -> str:
         return f"no such option {exc.option_name}{hint}"
     text = " ".join(exc.format_message().split()).rstrip(".")
     text = text[:1].lower() + text[1:]
+    # click's "No such command 'verdit'. Did you mean 'verdict'?" as one clause
+    text = re.sub(r"\. Did you mean (.+)\?$", r" (did you mean \1?)", text)
     path = exc.ctx.command_path if exc.ctx is not None else "pdforensics"
     return f"{text}; see `{path} -h`"
 

@@ -33,6 +33,7 @@ import polars as pl
 
 from pdforensics.catalog import Catalog, Entry, load_catalog
 from pdforensics.catalog.prefixes import Prefix, Prefixes, load_prefixes
+from pdforensics.errors import UsageError
 from pdforensics.schema import EVENT_BASE_COLUMNS, EVENT_FIELDS, RECORD_SCHEMA
 
 ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
@@ -70,6 +71,21 @@ def local_zone() -> str:
     offset = datetime.now(UTC).astimezone().utcoffset() or timedelta(0)
     minutes = int(offset.total_seconds() // 60)
     return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def checked_zone(tz: str | None) -> None:
+    """--tz as the parser reads it (local, UTC, an IANA name, a fixed offset such as +08:00), or a
+    usage error naming the closest zone, before anything is read."""
+    if tz is None or tz.lower() == "local" or _valid_zone(tz):
+        return
+    import difflib
+    import zoneinfo
+
+    close = difflib.get_close_matches(tz, sorted(zoneinfo.available_timezones()), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise UsageError(
+        f"--tz: unknown time zone {tz!r}{hint}: an IANA name such as Asia/Shanghai, a fixed offset such as +08:00, or UTC"
+    )
 
 
 def _valid_zone(name: str) -> bool:

@@ -547,6 +547,15 @@ def compute_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | No
             return judged_per_instance(whole, hosts, options, judge)
 
 
+def whole_window_verdict(con: duckdb.DuckDBPyConnection, options: VerdictOptions | None = None) -> str:
+    """The whole window's own verdict, without a fleet's per-instance judgements. The window's
+    verdict (`compute_verdict`) is the worst of this and each instance's: never greener than it."""
+    apply_options(con, options)
+    ensure_views(con)
+    with materialised(con, ("context", "verdict")):
+        return con.execute("SELECT verdict FROM verdict").fetchone()[0]
+
+
 def _kept_verdict(
     con: duckdb.DuckDBPyConnection, kept: judgement.Entry, options: VerdictOptions | None
 ) -> Verdict | None:

@@ -156,6 +156,11 @@ def incident_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["ingest", "--quiet", "true"], "pdforensics: got unexpected extra argument(s) (true)"),
         (["export"], "pdforensics: missing option '--format'"),
         (["nope"], "pdforensics: no such command 'nope'"),
+        (["verdit"], "pdforensics: no such command 'verdit' (did you mean 'verdict'?); see `pdforensics -h`"),
+        (
+            ["ingest", "--file", "x.log", "--tz", "Asia/Shangai"],
+            "pdforensics: --tz: unknown time zone 'Asia/Shangai' (did you mean Asia/Shanghai?)",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(args: list[str], line: str) -> None:

@@ -140,6 +140,30 @@ def test_an_l0_prefill_hole_a_later_empty_floor_covers_is_named_only(log: Log) -
     assert any("journald suppressed 390 messages" in r and "does not decide" in r for r in v.reasons)
 
 
+# ------------------------------------------------------------------ a run that did not complete
+
+
+def test_an_interrupted_ingest_is_inconclusive_until_a_run_of_its_sources_completes(log: Log) -> None:
+    """Healthy traffic, stored by a run that was interrupted (Ctrl-C, kill -9, a full disk): what
+    it had not read yet is missing from the window without a trace in the lines themselves. The
+    window is inconclusive and names the run; a later run of other sources does not complete it,
+    one of the same sources does."""
+    traffic(log, 10, 200)
+    log.con.execute("UPDATE ingests SET status = 'interrupted'")
+    v = log.verdict()
+    assert v.verdict == "inconclusive", v.reasons
+    assert any(r.startswith("ingest run 1 was interrupted after storing") for r in v.reasons), v.reasons
+    log.con.execute(
+        "INSERT INTO ingests (ingest_id, started_at, sources, status) VALUES (2, now(), 'other.log', 'complete')"
+    )
+    assert log.verdict().verdict == "inconclusive"
+    log.con.execute(
+        "INSERT INTO ingests (ingest_id, started_at, sources, status) VALUES (3, now(), 'hand-built', 'complete')"
+    )
+    v = log.verdict()
+    assert v.verdict == "nothing_stuck", v.reasons
+
+
 # ------------------------------------------------------------------ nothing observed
 
 
@@ -151,6 +175,31 @@ def test_no_prefill_at_all_is_inconclusive(log: Log) -> None:
     assert v.reasons[0].startswith("the prefill inflight queue was never observed")
 
 
+def test_no_decode_at_all_is_inconclusive_and_handed_off_requests_undecided(log: Log) -> None:
+    """Only the prefill's journal: every request it received it also finished, its queue drains to
+    0. Its Finish: ends its own hold, but whether each transfer reached a decode and finished
+    there (or sits in a decode's queue) is not observed: the requests are undecided, not
+    completed, and the window is not nothing_stuck. The same data with the decode's lines is."""
+    for i in range(5):
+        log.receive(10 + i * 30, PREFILL, room(i), f"p{i}").finish(11 + i * 30, PREFILL, room(i), f"p{i}")
+    for t in range(5, 240, 20):
+        log.batch(t, inflight=0)
+    v = log.verdict()
+    assert v.verdict == "inconclusive" and v.counts["undecided"] == 5 and v.counts["completed"] == 0
+    assert {r["class"] for r in v.requests} == {"undecided"}
+    assert {r["undecided_reason"] for r in v.requests} == {
+        "the prefill handed it off, but no decode line in the window shows whether the decode received and finished it"
+    }
+    assert any(r.startswith("the decode was never observed") and "5 request(s)" in r for r in v.reasons), (
+        v.reasons
+    )
+    classes_add_up(v)
+    for i in range(5):
+        log.receive(10.01 + i * 30, DECODE, room(i), f"d{i}").finish(13 + i * 30, DECODE, room(i), f"d{i}")
+    v = log.verdict()
+    assert v.verdict == "nothing_stuck" and v.counts["completed"] == 5, v.reasons
+
+
 def test_a_prefill_without_queue_evidence_is_inconclusive(log: Log) -> None:
     """A non-PD server's lines tagged prefill: batch lines without #inflight-req, no room lines."""
     for t in range(10, 3000, 30):
@@ -159,12 +208,39 @@ def test_a_prefill_without_queue_evidence_is_inconclusive(log: Log) -> None:
         )
     v = log.verdict()
     assert v.verdict == "inconclusive"
-    assert "never observed" in v.reasons[0] and PREFILL["host"] in v.reasons[0]
+    assert any(f"never observed on {PREFILL['host']}" in r for r in v.reasons), v.reasons
     observed = {(o["host"], o["engine"]): o for o in v.to_json()["observed"]}
     assert (
         observed[(PREFILL["host"], "prefill")]["queues"] == ["waiting"]
         or "inflight" not in (observed[(PREFILL["host"], "prefill")]["queues"])
     )
+
+
+@pytest.mark.parametrize("carries", [False, True], ids=["gaugeless_build", "same_build"])
+def test_request_lines_do_not_stand_in_for_a_gauge_the_new_build_lacks(log: Log, carries: bool) -> None:
+    """L1: the prefill restarts at 100 s onto a build whose batch lines carry no #inflight-req, and
+    requests go on being received and finished to 250 s. Request lines name what entered and left
+    the inflight queue, not what an unlogged abort or completion left in it: from the restart the
+    queue is unobserved, the window is not nothing_stuck and the reason names the line shape.
+    The same traffic on a build that carries the field is nothing_stuck."""
+    traffic(log, 10, 100)
+    new_build = {**PREFILL, "pid": 3100, "invocation_id": "inv-p2"}
+    t, n = 102.0, 2000
+    while t < 250:
+        log.completed(t, room(n), p=new_build)
+        if carries:
+            log.batch(t + 0.3, inflight=1, who=new_build)
+        else:
+            log.add(t + 0.3, new_build, "prefill_stats", "Prefill batch, #new-seq: 1, #new-token: 8",
+                    new_seq=1, new_token=8, entry="prefill_batch")  # fmt: skip
+        t, n = t + 20, n + 1
+    v = log.verdict()
+    if carries:
+        assert v.verdict == "nothing_stuck", v.reasons
+        return
+    assert v.verdict == "inconclusive", v.reasons
+    assert any("carry no #inflight-req (line shape prefill_batch)" in r and "request lines name" in r
+               for r in v.reasons), v.reasons  # fmt: skip
 
 
 def test_observed_lists_queues_samples_and_gaps(log: Log) -> None:
