@@ -172,6 +172,12 @@ def assert_rooms(doc: dict, rooms: dict, exp: dict, label: str) -> None:
         r["bootstrap_room"] for r in exp["requests"] if r["class"] != "completed"
     }, label
     assert all(r["dwell_s"] is None or r["dwell_s"] >= 0 for r in doc["requests"]), label
+    # a silent pin is held past timeout + grace: its dwell says so (a hold ends at the holder's end,
+    # death or the window end, never at its last line); a second of slack for 1-s prefixes
+    limit = doc["watchdog"]["timeout_s"] + doc["watchdog"]["grace_s"] - 1
+    short = [(r["bootstrap_room"], r["dwell_s"]) for r in doc["requests"]
+             if r["class"] == "silent_pin" and r["dwell_s"] is not None and r["dwell_s"] < limit]  # fmt: skip
+    assert not short, (label, short)
 
 
 def check(db: Path, exp: dict, label: str) -> None:

@@ -261,11 +261,29 @@ def test_observed_lists_queues_samples_and_gaps(log: Log) -> None:
 
 
 def test_a_window_after_the_data_says_so(log: Log) -> None:
+    """`--since 6m` on a database ingested hours ago: an empty window is not judged and its length
+    is no reason ("nothing in it could have been stuck" beside an empty window contradicts
+    itself); the one reason says where the data ends and what to do."""
     traffic(log, 10, 200)
     v = log.verdict(since_us=T0 + 5000 * S)
     assert v.verdict == "inconclusive"
     assert v.window_end_us >= v.window_start_us
-    assert any(r.startswith("no lines in the window") and "the data ends at" in r for r in v.reasons)
+    assert v.reasons[0].startswith("no lines in the window"), v.reasons
+    assert "the database ends 80 min before the window starts: ingest again" in v.reasons[0], v.reasons[0]
+    assert not any("nothing in it could have been stuck" in r for r in v.reasons), v.reasons
+
+
+def test_a_short_window_with_an_unknown_timeout_names_the_option(log: Log) -> None:
+    """A 100-s window, no armed line: the timeout is the 300-s default, and what settles it is
+    --watchdog-timeout, not a longer window."""
+    traffic(log, 10, 110)
+    v = log.verdict(timeout=None)
+    assert v.verdict == "inconclusive"
+    short = next(r for r in v.reasons if "shorter than the watchdog timeout" in r)
+    assert "pass --watchdog-timeout" in short, short
+    v = log.verdict(timeout=60, since_us=T0 + 10 * S, until_us=T0 + 40 * S)
+    short = next(r for r in v.reasons if "shorter than the watchdog timeout" in r)
+    assert "pass --watchdog-timeout" not in short and "re-run with a window of at least" in short, short
 
 
 def test_context_before_the_window_keeps_the_armed_line_and_open_requests(log: Log) -> None:

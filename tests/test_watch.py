@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from pdforensics.catalog import load_catalog
-from pdforensics.watch import WatchConfig, Watcher, build_followers
+from pdforensics.watch import WatchConfig, Watcher, build_followers, human
 from tests.conftest import JOURNAL_REMOTE, REPO
 from tests.watch_helpers import (
     T0,
@@ -395,3 +395,14 @@ def test_an_alert_line_shows_control_sequences_instead_of_sending_them(tmp_path:
     assert "rid=evil\\x1b]52;c;aGk=\\x07\\x1b[2J" in out and "host=gpu-\\x1b[31ma" in out
     logged = json.loads(w.alert_log.read_text().splitlines()[0])
     assert logged["rid"] == evil
+
+
+def test_a_silent_pin_alert_without_a_decode_rid_does_not_print_none() -> None:
+    """Issue 28 item 4: a pin the decode never named has no decode rid; the line says nothing of it."""
+    alert = {
+        "alert": "silent_pin", "host": "gpu-a", "at": "2026-11-29T12:00:00Z", "detected": "2026-11-29T12:01:10Z",
+        "bootstrap_room": "1", "rid": "p1", "decode_rid": None, "dwell_s": 70.0, "timeout_s": 60.0,
+        "grace_s": 10.0, "evidence_level": "L1", "possibly_hidden": False,
+    }  # fmt: skip
+    assert "decode_rid" not in human(alert) and "None" not in human(alert)
+    assert "rid=p1 decode_rid=d1 dwell=70.0s" in human({**alert, "decode_rid": "d1"})

@@ -156,3 +156,22 @@ def test_example_alerting_rules_pass_promtool() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
     assert "pdforensics_silent_pins" in rules.read_text()
+
+
+def test_totals_are_counters_that_only_grow() -> None:
+    """Issue 28 item 4: `*_total` series are Prometheus counters (rate() and increase() read them),
+    grown to the fold's totals, which a restart restores: a smaller total never lowers them."""
+    from prometheus_client import generate_latest
+
+    from pdforensics.metrics import WatchMetrics
+
+    m = WatchMetrics()
+    text = generate_latest(m.registry).decode()
+    for name in ("watchdog_firings", "coverage_holes", "alerts", "lines", "database_busy"):
+        assert f"# TYPE pdforensics_{name} counter" in text, name
+    for total in (3, 2, 5):
+        m.count_to(m.firings, total)
+        m.count_to(m.alerts, total, "silent_pin")
+    text = generate_latest(m.registry).decode()
+    assert metric_value(text, "pdforensics_watchdog_firings_total") == 5.0
+    assert metric_value(text, 'pdforensics_alerts_total{kind="silent_pin"}') == 5.0

@@ -189,8 +189,6 @@ hidden_by AS (
 po AS MATERIALIZED (
     SELECT t.bootstrap_room, t.host AS p_host_eff, t.pin_start, t.pin_start + t.stuck_us AS deadline, t.obs_end,
         t.gone_t AS p_gone_t, hb.hole_ids,
-        -- a request the prefill still holds is seen held up to the prefill's last sign of life
-        pev.last_t AS seen_until,
         CASE
             -- no prefill line in the window, or several prefill hosts and no line says which holds it
             WHEN t.n_prefill_hosts = 0 OR t.host IS NULL THEN 'no_prefill'
@@ -209,7 +207,6 @@ po AS MATERIALIZED (
         END AS status
     FROM timed AS t
     LEFT JOIN hidden_by AS hb USING (bootstrap_room)
-    LEFT JOIN (SELECT unnest(prefill_evidence, recursive := true) FROM c) AS pev ON pev.host = t.host
 ),
 decode_gone AS MATERIALIZED (
     -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
@@ -223,7 +220,7 @@ decode_gone AS MATERIALIZED (
 -- Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined
 -- (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row.
 held AS NOT MATERIALIZED (
-    SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids, o.seen_until,
+    SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids,
         CASE
             WHEN b.prefill_may_hold AND o.status NOT IN ('gone', 'released') THEN 'prefill'
             WHEN NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
@@ -307,14 +304,15 @@ SELECT
         -- it left the queue unseen, somewhere before the queues were seen empty: no honest number
         WHEN status = 'released' THEN NULL
         -- the line's own time may be truncated to the second (plain files): never below 0
-        -- held: up to the last time it was seen held (the prefill's last line), not past the evidence
+        -- held: a hold ends at its holder's end, the holder's death or the window end, never at
+        -- the holder's last line (a pin judged against the window end is held that long)
         WHEN p_inflight_entry IS NOT NULL
-            THEN greatest(coalesce(p_end, least(open_until, greatest(coalesce(seen_until, open_until), p_inflight_entry))) - p_inflight_entry, 0) / 1e6
+            THEN greatest(coalesce(p_end, greatest(open_until, p_inflight_entry)) - p_inflight_entry, 0) / 1e6
         WHEN p_recv_open IS NOT NULL
-            THEN (coalesce(p_end, least(open_until, greatest(coalesce(seen_until, open_until), p_recv_open))) - p_recv_open) / 1e6
+            THEN (coalesce(p_end, greatest(open_until, p_recv_open)) - p_recv_open) / 1e6
         -- from the decode's handshake only while a known prefill may hold it: otherwise it is made up
         WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill'
-            THEN (least(open_until, greatest(coalesce(seen_until, open_until), pin_start)) - pin_start) / 1e6
+            THEN (greatest(open_until, pin_start) - pin_start) / 1e6
     END AS dwell_s,
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN 'watchdog line'

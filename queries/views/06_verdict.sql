@@ -573,7 +573,11 @@ reasons AS MATERIALIZED (
     UNION ALL
     SELECT 30, 'hole',
         CASE kind
-            WHEN 'short_window' THEN detail || ': nothing in it could have been stuck that long; re-run with a window of at least timeout + grace'
+            WHEN 'short_window' THEN detail || ': nothing in it could have been stuck that long; '
+                || CASE WHEN (SELECT timeout_source FROM c) = 'default'
+                        -- the unknown is the timeout, not the window: the option that settles it first
+                        THEN 'the timeout is only the default (no armed or firing line in the data): pass --watchdog-timeout (the armed line''s SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT), or re-run with a window of at least timeout + grace'
+                        ELSE 're-run with a window of at least timeout + grace' END
             ELSE format('{} ({}{}, {} to {}), overlapping {} with no prefill evidence a full timeout after it{}',
                 detail, coalesce(engine, '?'), CASE WHEN coalesce(host, '') = '' THEN '' ELSE ' on ' || host END,
                 pdf_ts(from_t), pdf_ts(to_t),
@@ -584,7 +588,8 @@ reasons AS MATERIALIZED (
                 CASE WHEN covered THEN '; later evidence exists, but their ends may be hidden in the hole' ELSE '' END
                     || '; widen --until a timeout + grace past the hole, or read the unit''s own log file for the lost lines')
         END
-    FROM coverage WHERE decisive
+    -- an empty window's own reason (ord 34) says what to do; its length says nothing
+    FROM coverage WHERE decisive AND NOT (kind = 'short_window' AND (SELECT n FROM window_lines) = 0)
     UNION ALL
     SELECT 35, 'hole',
         CASE WHEN n_kind > 3
@@ -678,12 +683,16 @@ reasons AS MATERIALIZED (
     SELECT 34, 'undecided',
         CASE WHEN c.data_end_us IS NULL
             THEN 'no lines in the window: the database holds no timed line (nothing was ingested: check --unit / --since / journal access)'
-            ELSE format('no lines in the window ({} to {}); {}: widen --since/--until',
+            ELSE format('no lines in the window ({} to {}); {}',
             coalesce(pdf_ts(c.start_t), 'the start'), coalesce(pdf_ts(c.end_t), 'the end'),
             CASE
-                 WHEN c.data_end_us < c.start_t THEN 'the data ends at ' || pdf_ts(c.data_end_us)
-                 WHEN c.data_start_us > c.end_t THEN 'the data starts at ' || pdf_ts(c.data_start_us)
-                 ELSE format('the data spans {} to {}', pdf_ts(c.data_start_us), pdf_ts(c.data_end_us)) END) END
+                 WHEN c.data_end_us < c.start_t
+                 THEN format('no line after {}: the database ends {} before the window starts: ingest again (a new ingest reads what was logged since), or widen --since',
+                             pdf_ts(c.data_end_us), CASE WHEN c.start_t - c.data_end_us >= 5400000000
+                                                         THEN format('{:.1f} h', (c.start_t - c.data_end_us) / 3.6e9)
+                                                         ELSE format('{:.0f} min', (c.start_t - c.data_end_us) / 6e7) END)
+                 WHEN c.data_start_us > c.end_t THEN 'the data starts at ' || pdf_ts(c.data_start_us) || ': widen --since/--until'
+                 ELSE format('the data spans {} to {}: widen --since/--until', pdf_ts(c.data_start_us), pdf_ts(c.data_end_us)) END) END
     FROM c, window_lines AS wl WHERE wl.n = 0
     UNION ALL
     SELECT 32, 'undecided',

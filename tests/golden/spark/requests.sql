@@ -301,7 +301,6 @@ SELECT
   t.obs_end,
   t.gone_t AS p_gone_t,
   hb.hole_ids,
-  pev.last_t AS seen_until, /* a request the prefill still holds is seen held up to the prefill's last sign of life */
   CASE
     WHEN t.n_prefill_hosts = 0 OR t.host IS NULL
     THEN 'no_prefill'
@@ -328,13 +327,7 @@ SELECT
   END AS status
 FROM requests__timed AS t
 LEFT JOIN hidden_by AS hb
-  USING (bootstrap_room)
-LEFT JOIN (
-  SELECT
-    INLINE(prefill_evidence)
-  FROM requests__c AS c
-) AS pev
-  ON pev.host = t.host;
+  USING (bootstrap_room);
 
 CREATE OR REPLACE TEMPORARY VIEW requests__decode_gone AS
 /* decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended */
@@ -372,7 +365,6 @@ WITH held /* Who holds it at the window end, and its life on the reference clock
     o.pin_start,
     o.deadline,
     o.hole_ids,
-    o.seen_until,
     CASE
       WHEN b.prefill_may_hold AND NOT o.status IN ('gone', 'released')
       THEN 'prefill'
@@ -512,20 +504,14 @@ SELECT
     WHEN status = 'released'
     THEN NULL
     WHEN NOT p_inflight_entry IS NULL
-    THEN GREATEST(
-      COALESCE(
-        p_end,
-        LEAST(open_until, GREATEST(COALESCE(seen_until, open_until), p_inflight_entry))
-      ) - p_inflight_entry,
-      0
-    ) / 1e6
+    THEN GREATEST(COALESCE(p_end, GREATEST(open_until, p_inflight_entry)) - p_inflight_entry, 0) / 1e6
     WHEN NOT p_recv_open IS NULL
     THEN (
-      COALESCE(p_end, LEAST(open_until, GREATEST(COALESCE(seen_until, open_until), p_recv_open))) - p_recv_open
+      COALESCE(p_end, GREATEST(open_until, p_recv_open)) - p_recv_open
     ) / 1e6
     WHEN prefill_may_hold AND NOT pin_start IS NULL AND status <> 'no_prefill'
     THEN (
-      LEAST(open_until, GREATEST(COALESCE(seen_until, open_until), pin_start)) - pin_start
+      GREATEST(open_until, pin_start) - pin_start
     ) / 1e6
   END AS dwell_s, /* dwell: time held by the prefill, measured as well as the evidence allows (dwell_basis) */
   CASE

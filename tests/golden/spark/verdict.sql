@@ -1565,7 +1565,15 @@ SELECT
   'hole',
   CASE kind
     WHEN 'short_window'
-    THEN detail || ': nothing in it could have been stuck that long; re-run with a window of at least timeout + grace'
+    THEN detail || ': nothing in it could have been stuck that long; ' || CASE
+      WHEN (
+        SELECT
+          timeout_source
+        FROM verdict__c AS c
+      ) = 'default'
+      THEN 'the timeout is only the default (no armed or firing line in the data): pass --watchdog-timeout (the armed line\'s SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT), or re-run with a window of at least timeout + grace'
+      ELSE 're-run with a window of at least timeout + grace'
+    END
     ELSE CONCAT(
       CAST(detail AS STRING),
       ' (',
@@ -1608,9 +1616,17 @@ SELECT
       END || '; widen --until a timeout + grace past the hole, or read the unit\'s own log file for the lost lines' AS STRING)
     )
   END
+/* an empty window's own reason (ord 34) says what to do; its length says nothing */
 FROM verdict__coverage AS coverage
 WHERE
   decisive
+  AND NOT (
+    kind = 'short_window' AND (
+      SELECT
+        n
+      FROM window_lines
+    ) = 0
+  )
 UNION ALL
 SELECT
   35,
@@ -2107,16 +2123,30 @@ SELECT
       '); ',
       CAST(CASE
         WHEN c.data_end_us < c.start_t
-        THEN 'the data ends at ' || DATE_FORMAT(TIMESTAMP_MICROS(CAST((
-          c.data_end_us
-        ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'')
+        THEN CONCAT(
+          'no line after ',
+          CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
+            c.data_end_us
+          ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+          ': the database ends ',
+          CAST(CASE
+            WHEN c.start_t - c.data_end_us >= 5400000000
+            THEN CONCAT(FORMAT_STRING('%.1f', BROUND((
+              c.start_t - c.data_end_us
+            ) / 3.6e9, 1)), ' h')
+            ELSE CONCAT(FORMAT_STRING('%.0f', BROUND((
+              c.start_t - c.data_end_us
+            ) / 6e7, 0)), ' min')
+          END AS STRING),
+          ' before the window starts: ingest again (a new ingest reads what was logged since), or widen --since'
+        )
         WHEN c.data_start_us > c.end_t
         THEN 'the data starts at ' || DATE_FORMAT(
           TIMESTAMP_MICROS(CAST((
             c.data_start_us
           ) AS BIGINT)),
           'yyyy-MM-dd HH:mm:ss\'Z\''
-        )
+        ) || ': widen --since/--until'
         ELSE CONCAT(
           'the data spans ',
           CAST(DATE_FORMAT(
@@ -2128,10 +2158,10 @@ SELECT
           ' to ',
           CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
             c.data_end_us
-          ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING)
+          ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+          ': widen --since/--until'
         )
-      END AS STRING),
-      ': widen --since/--until'
+      END AS STRING)
     )
   END
 FROM verdict__c AS c, window_lines AS wl
