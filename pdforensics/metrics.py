@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server, write_to_textfile
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server, write_to_textfile
 
 from pdforensics.livefold import KINDS, LiveFold, S
 
@@ -27,6 +27,11 @@ class WatchMetrics:
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
             return Gauge(f"pdforensics_{name}", doc, labels, registry=r)
 
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(f"pdforensics_{name}", doc, labels, registry=r)
+
+        self._counted: dict[tuple[int, tuple[str, ...]], float] = {}
+
         self.silent_pins = gauge(
             "silent_pins", "Requests held past timeout + grace with no watchdog line, now."
         )
@@ -40,23 +45,23 @@ class WatchMetrics:
         self.floor = gauge(
             "inflight_floor", "Prefill #inflight-req less the batch just run (last sample).", ("host",)
         )
-        # Counters are restored from the persisted state after a restart, so they are gauges
-        # named *_total that only grow (a prometheus_client Counter cannot be set).
-        self.firings = gauge("watchdog_firings_total", "Watchdog firings seen (one per request).")
+        # Counters (rate() and increase() work on them): the fold's totals, restored from the
+        # persisted state after a restart, are what each grows to (`count_to`).
+        self.firings = counter("watchdog_firings", "Watchdog firings seen (one per request).")
         self.wedged = gauge(
             "wedged", "1 while the watchdog keeps firing on a prefill and nothing completes there.", ("host",)
         )
-        self.holes = gauge("coverage_holes_total", "Coverage holes seen, by kind.", ("kind",))
-        self.alerts = gauge("alerts_total", "Alerts raised, by kind.", ("kind",))
+        self.holes = counter("coverage_holes", "Coverage holes seen, by kind.", ("kind",))
+        self.alerts = counter("alerts", "Alerts raised, by kind.", ("kind",))
         self.unit_age = gauge(
             "unit_last_line_age_seconds", "Seconds since each unit's last line (log time).", ("host", "unit")
         )
         self.verdict = gauge("verdict", "The watch's current verdict (1 for the current one).", ("verdict",))
         self.timeout = gauge("watchdog_timeout_seconds", "The watchdog timeout the rules use.")
-        self.lines = gauge("lines_total", "Lines followed and folded.")
+        self.lines = counter("lines", "Lines followed and folded.")
         self.log_time = gauge("log_time_seconds", "The newest line's time (UTC epoch seconds).")
         self.pending = gauge("pending_lines", "Lines parsed but not yet written (the database was busy).")
-        self.db_busy = gauge("database_busy_total", "Writes deferred because a reader held the database.")
+        self.db_busy = counter("database_busy", "Writes deferred because a reader held the database.")
         for k in _HOLE_KINDS:
             self.holes.labels(k)
         for k in KINDS:
@@ -74,25 +79,33 @@ class WatchMetrics:
         _replace(self.open_requests, {(h,): opened.get(h, (0, 0))[0] for h in hosts})
         _replace(self.oldest_age, {(h,): (now_us - opened[h][1]) / S if h in opened else 0.0 for h in hosts})
         _replace(self.floor, {(h,): f for h, f in fold.floors().items()})
-        self.firings.set(fold.firings_total)
+        self.count_to(self.firings, fold.firings_total)
         _replace(
             self.wedged,
             {(h,): 1.0 for h in fold.wedged_hosts()}
             | {(h,): 0.0 for h in fold.episodes if h not in fold.wedged_hosts()},
         )
         for k, n in fold.holes_total.items():
-            self.holes.labels(k).set(n)
+            self.count_to(self.holes, n, k)
         for k, n in fold.alerts_total.items():
-            self.alerts.labels(k).set(n)
+            self.count_to(self.alerts, n, k)
         _replace(self.unit_age, {(h, u): max(now_us - t, 0) / S for (h, u), t in fold.units.items()})
         current = fold.live_verdict(now_us)
         for v in VERDICTS:
             self.verdict.labels(v).set(1 if v == current else 0)
         self.timeout.set(fold.timeout_s)
-        self.lines.set(fold.lines_total)
+        self.count_to(self.lines, fold.lines_total)
         self.log_time.set((fold.log_us or 0) / S)
         self.pending.set(pending_lines)
-        self.db_busy.set(db_busy)
+        self.count_to(self.db_busy, db_busy)
+
+    def count_to(self, c: Counter, total: float, *labels: str) -> None:
+        """Grow `c` to `total` (a counter only grows: a smaller total is a fold restarted anew)."""
+        key = (id(c), labels)
+        delta = total - self._counted.get(key, 0.0)
+        if delta > 0:
+            (c.labels(*labels) if labels else c).inc(delta)
+            self._counted[key] = total
 
     def serve(self, listen: str) -> tuple[str, int]:
         """Serve /metrics on HOST:PORT (port 0: a free one); returns where it listens."""

@@ -366,7 +366,8 @@ def human(a: dict[str, Any]) -> str:
     kind = a["alert"]
     where = f"host={a.get('host') or '?'}"
     if kind == "silent_pin":
-        what = (f"room={a['bootstrap_room']} rid={a['rid']} decode_rid={a['decode_rid']} dwell={a['dwell_s']:.1f}s "
+        decode = f" decode_rid={a['decode_rid']}" if a.get("decode_rid") else ""  # none seen: not "None"
+        what = (f"room={a['bootstrap_room']} rid={a['rid']}{decode} dwell={a['dwell_s']:.1f}s "
                 f"> timeout {a['timeout_s']:g}s + grace {a['grace_s']:g}s, no watchdog line "
                 f"(evidence {a['evidence_level']}{', a hole may hide its end' if a['possibly_hidden'] else ''})")  # fmt: skip
     elif kind == "watchdog_fired":

@@ -168,7 +168,7 @@ def test_totals_are_counters_that_only_grow() -> None:
     m = WatchMetrics()
     text = generate_latest(m.registry).decode()
     for name in ("watchdog_firings", "coverage_holes", "alerts", "lines", "database_busy"):
-        assert f"# TYPE pdforensics_{name} counter" in text, name
+        assert f"# TYPE pdforensics_{name}_total counter" in text, name
     for total in (3, 2, 5):
         m.count_to(m.firings, total)
         m.count_to(m.alerts, total, "silent_pin")
