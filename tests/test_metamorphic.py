@@ -200,22 +200,7 @@ CASES = GRID if os.environ.get(ENV) == "all" else sample(GRID)
 # Families the evidence model does not reach yet, found by the whole grid (issue 26's closing note
 # says what each needs). Each is a known wrong answer, kept visible: a listed case that starts to
 # pass fails here (strict), and its entry must go.
-_DECODE_END_CLOSES = (
-    "with the prefill's hold unobserved (its unit dropped, its lines deleted, or restarted away), the decode's Finish: "
-    "classes a request the prefill held `completed`: a decode completion does not release the "
-    "prefill's slot (the mirror of the no-decode rule, issue 26 item 1; changes "
-    "decode_only_export's expected classes)"
-)
-KNOWN_GAPS: dict[str, str] = {
-    "prefill_holds_decode_finished-drop_unit-dsv4-node-03,sglang-dsv4-prefill.service": _DECODE_END_CLOSES,
-    "prefill_holds_decode_finished-restart_onto_build_without_field-dsv4-node-03,1795954030008926": _DECODE_END_CLOSES,
-    "prefill_holds_decode_finished-delete_stretch-False,dsv4-node-03,sglang-dsv4-prefill.service,55,34": _DECODE_END_CLOSES,
-    "prefill_holds_decode_finished-delete_stretch-True,dsv4-node-03,sglang-dsv4-prefill.service,55,34": _DECODE_END_CLOSES,
-    "restart_onto_gaugeless_build-restart_onto_build_without_field-glm-p02,1795953960560561": (
-        "an L0 prefill restarted twice onto gauge-less builds reads nothing_stuck (the fixture's own "
-        "single restart is inconclusive): not yet diagnosed"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 # Identity is (deployment, room) in the design; the views still key a request by its room, so two
 # deployments' rooms merge into one row. Not strict: some concatenations have no open room to lose.
 _MERGED_DEPLOYMENTS = (

@@ -167,6 +167,11 @@ def _offset(minutes: int) -> str:
     return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
+def _never_seen(w: World, eng: EngineCfg, lo: float, end: float) -> bool:
+    """No line of this engine's unit lies in the judged window: a hole covers all of it."""
+    return any(h.host is eng.host and h.unit == eng.unit and h.t0 <= lo and h.t1 >= end for h in w.holes)
+
+
 def _listed(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> tuple[pl.DataFrame, int]:
     """The requests some line names (expected.json's rows) and the anonymous pins."""
     df = classify(w, sc, pre, dec)
@@ -176,11 +181,15 @@ def _listed(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> tuple[pl.DataFrame,
     anonymous = df.filter(
         ~(pl.col("vis_p") | pl.col("vis_d")) & (pl.col("class") == "silent_pin") & (pl.col("p_rel") >= lo)
     ).height
+    cls = pl.col("class")
+    if _never_seen(w, pre, lo, sc.duration_s):
+        # the decode's Finish: proves the KV arrived, not that the prefill released its slot
+        cls = pl.when(cls == "completed").then(pl.lit("undecided")).otherwise(cls)
     rows = listed.select(
         bootstrap_room=pl.col("room").cast(pl.String),
         prefill_rid=pl.when(pl.col("rid_p")).then(pl.col("prid")),
         decode_rid=pl.when(pl.col("rid_d")).then(pl.col("drid")),
-        **{"class": pl.col("class")},
+        **{"class": cls},
         abort_race=pl.col("abort_race"),
         across_restart=pl.col("across_restart"),
         one_sided=pl.col("vis_p") != pl.col("vis_d"),

@@ -804,6 +804,21 @@ quiet_gaps AS (
     UNION ALL
     SELECT q.host, max(q.hi_t), any_value(s.end_t), false FROM queue_seen AS q, s GROUP BY q.host
 ),
+-- A death by SGLang's scheduler watchdog says the process hung that long first: that silence is
+-- the hang it reports, not lost lines.
+hangs AS (
+    SELECT coalesce(e.host, '') AS host, e.ts_us - coalesce(o.offset_us, 0) AS t_us, (e.timeout_s * 1e6)::BIGINT AS hang_us
+    FROM events AS e
+    LEFT JOIN offsets AS o ON o.host = coalesce(e.host, '')
+    WHERE e.event = 'engine_died' AND e.engine = 'prefill' AND e.timeout_s IS NOT NULL
+),
+downs_named AS (
+    SELECT x.host, x.from_t, x.to_t, coalesce(max(h.hang_us), 0) AS hang_us
+    FROM down AS x
+    LEFT JOIN hangs AS h ON h.host = x.host AND h.t_us BETWEEN x.from_t - 10000000 AND x.to_t
+    WHERE x.engine = 'prefill'
+    GROUP BY ALL
+),
 -- n: the batch lines without the gauge inside the silence (the queue was in use, unobserved)
 quiet AS (
     SELECT 'prefill_silent' AS kind, g.host, 'prefill' AS engine, NULL AS unit,
@@ -811,17 +826,22 @@ quiet AS (
         format('the prefill showed nothing of its queues for {:.0f} s ({}{}){}',
                (g.to_t - greatest(g.from_t, s.ctx_start_t)) / 1e6,
                CASE WHEN count(x.t_us) > 0 THEN 'no #inflight-req in any batch line' ELSE 'no batch line, no request line' END,
-               CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END,
+               CASE WHEN g.stopped THEN ', to its stop' WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END,
                CASE WHEN count(x.t_us) > 0
                     THEN format(': it ran {} batch(es) whose lines carry no #inflight-req (line shape {}), so its inflight queue was not observed (request lines name what entered and left it, but not what an unlogged abort or completion left in it)',
                                 count(x.t_us), string_agg(DISTINCT coalesce(x.entry, '?'), ', '))
                     ELSE '' END) AS detail,
         g.seen_after
     FROM (
-        -- a restart names its own downtime: the silence counts from the engine's return
-        SELECT g.host, g.to_t, g.seen_after, greatest(g.from_t, max(x.to_t)) AS from_t
+        -- a restart names its own downtime: the silence counts from the engine's return; a stop
+        -- it does not come back from ends the silence there, less the hang a scheduler watchdog
+        -- reports (a stop never names the silence before it: that is where the lines went missing)
+        SELECT g.host, g.seen_after,
+            greatest(g.from_t, max(x.to_t) FILTER (WHERE x.to_t < g.to_t)) AS from_t,
+            least(g.to_t, min(x.from_t - x.hang_us) FILTER (WHERE x.to_t >= g.to_t)) AS to_t,
+            coalesce(bool_or(x.to_t >= g.to_t), false) AS stopped
         FROM quiet_gaps AS g
-        LEFT JOIN down AS x ON x.host = g.host AND x.engine = 'prefill' AND x.from_t <= g.to_t AND x.to_t >= g.from_t
+        LEFT JOIN downs_named AS x ON x.host = g.host AND x.from_t <= g.to_t AND x.to_t >= g.from_t
         GROUP BY g.host, g.from_t, g.to_t, g.seen_after
     ) AS g
     CROSS JOIN s
@@ -829,7 +849,7 @@ quiet AS (
     WHERE g.from_t IS NOT NULL AND g.to_t - greatest(g.from_t, s.ctx_start_t) > s.stuck_us AND g.to_t > s.start_t
       AND NOT EXISTS (SELECT 1 FROM silent AS x WHERE x.host = g.host AND x.engine = 'prefill'
                       AND x.from_t <= g.to_t AND x.to_t >= g.from_t)
-    GROUP BY g.host, g.from_t, g.to_t, g.seen_after, s.ctx_start_t
+    GROUP BY g.host, g.from_t, g.to_t, g.seen_after, g.stopped, s.ctx_start_t
 ),
 holes_raw AS (
     SELECT * FROM suppressed

@@ -68,19 +68,29 @@ gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
 prefill_hosts AS MATERIALIZED (SELECT unnest(prefill_hosts) AS host FROM c),
 ig AS MATERIALIZED (SELECT host, t_us, queue_req FROM inflight_gauge),
 -- every request, computed once (room_facts is the heavy step: one aggregate over the room lines)
--- A request the decode received and did not complete, that no prefill line names although a
--- prefill logs its requests (L1): its prefill lines are missing, so the prefill may hold it unseen.
+-- A request the decode received, that no prefill line names although a prefill logs its requests
+-- (L1): its prefill lines are missing, so the prefill may hold it unseen. One the decode finished
+-- counts only while the prefill was logging requests (between its first and last request line):
+-- its prefill Finish, after the decode's Receive, would be there; before or after that stretch
+-- (the window's edge, a `Config logging` that turned the request log off) nothing is missing.
 prefill_logs AS MATERIALIZED (
-    SELECT coalesce(max(evidence_level) >= 'L1', false) AS l1
+    SELECT coalesce(max(evidence_level) >= 'L1', false) AS l1,
+        (SELECT min(p_first) FROM room_state) AS logging_from,
+        (SELECT max(p_last) FROM room_state) AS logging_to
     FROM (SELECT unnest(engine_coverage, recursive := true) FROM c) WHERE engine = 'prefill'
+),
+unnamed AS MATERIALIZED (
+    SELECT r.bootstrap_room
+    FROM room_state AS r, prefill_logs AS l
+    WHERE r.p_first IS NULL AND r.d_recv IS NOT NULL AND l.l1
+      AND (NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to)
 ),
 rs AS MATERIALIZED (
     SELECT r.* REPLACE (
-        r.prefill_may_hold OR (r.p_first IS NULL AND r.d_recv IS NOT NULL AND NOT r.d_completed AND l.l1)
-            AS prefill_may_hold,
-        coalesce(r.open_start, CASE WHEN r.p_first IS NULL AND NOT r.d_completed AND l.l1 THEN r.d_recv END)
-            AS open_start)
-    FROM room_state AS r, prefill_logs AS l
+        r.prefill_may_hold OR u.bootstrap_room IS NOT NULL AS prefill_may_hold,
+        coalesce(r.open_start, CASE WHEN u.bootstrap_room IS NOT NULL THEN r.d_recv END) AS open_start)
+    FROM room_state AS r
+    LEFT JOIN unnamed AS u USING (bootstrap_room)
 ),
 
 -- Requests the prefill may still hold, judged against the timeout.
@@ -102,6 +112,8 @@ rs AS MATERIALIZED (
 --     young          the deadline is after the end of the evidence
 --     no_prefill     no prefill line in the window, or several prefill hosts and no line naming
 --                    it says which one holds it (undecided)
+--     unnamed        past the deadline, the decode finished it and no prefill line names it
+--                    while the prefill logged its requests: its lines are missing (undecided)
 --     pinned         held past the deadline with nothing hiding its end: a silent pin
 held_by_prefill AS MATERIALIZED (
     SELECT r.bootstrap_room, r.p_recv_open AS p_recv, r.open_start, r.kv_arrived_by,
@@ -111,7 +123,10 @@ held_by_prefill AS MATERIALIZED (
         coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1
                                  AND (SELECT array_length(unobserved_prefills) FROM c) = 0
                                 THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
-        (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts
+        (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts,
+        -- the decode finished it and no prefill line names it: held past its deadline, it is
+        -- a pin only the missing lines could name (undecided, never a silent pin)
+        r.p_first IS NULL AND r.d_completed AS finished_unnamed
     FROM rs AS r
     WHERE r.prefill_may_hold
 ),
@@ -203,6 +218,7 @@ po AS MATERIALIZED (
                 THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
             WHEN t.pin_start + t.stuck_us > t.obs_end THEN 'young'
             WHEN hb.hole_to_t IS NOT NULL AND NOT coalesce(t.last_sample_t >= hb.hole_to_t + t.stuck_us, false) THEN 'hidden'
+            WHEN t.finished_unnamed THEN 'unnamed'
             ELSE 'pinned'
         END AS status
     FROM timed AS t
@@ -261,14 +277,18 @@ classed AS (
             WHEN r.wd_at IS NOT NULL OR r.wd_reason_at IS NOT NULL THEN 'watchdog_fired'
             WHEN r.status = 'pinned' THEN 'silent_pin'
             -- it may still be held and the logs cannot tell (see undecided_reason)
-            WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill') AND r.holder_at_end = 'prefill' THEN 'undecided'
+            WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed') AND r.holder_at_end = 'prefill' THEN 'undecided'
             WHEN r.any_failure THEN 'transfer_failed'
             -- a decode retraction (KV pool full) aborted it: neither a race nor a pin
             WHEN r.d_retracted_at IS NOT NULL THEN 'retracted'
             WHEN r.any_abort THEN 'aborted'
-            -- the prefill's hold ended unseen (its incarnation ended, or its queues were later
-            -- empty): gone, unless the decode had already finished it
-            WHEN (r.status IN ('gone', 'released') AND NOT r.d_completed) OR r.d_gone_t IS NOT NULL THEN 'lost'
+            -- the prefill's hold ended unseen: its incarnation ended holding it (whatever the
+            -- decode did: the prefill never saw it end), or its queues were later empty before
+            -- the decode finished it
+            WHEN r.status = 'gone' OR (r.status = 'released' AND NOT r.d_completed) OR r.d_gone_t IS NOT NULL THEN 'lost'
+            -- no prefill line in the window: the decode's Finish: proves the KV arrived, not that
+            -- the prefill released its slot (design.md, "Held")
+            WHEN r.d_completed AND (SELECT array_length(prefill_hosts) FROM c) = 0 THEN 'undecided'
             WHEN r.d_completed THEN 'completed'
             -- no decode line in the window: the prefill's Finish: ended its hold, but whether the
             -- decode received and finished it (or holds it still) is not observed
@@ -323,11 +343,13 @@ SELECT
     END AS dwell_basis,
     evidence_level,
     -- the prefill may still hold it: stuck (a silent pin), or not decided either way
-    coalesce(prefill_may_hold AND status IN ('pinned', 'young', 'hidden', 'waiting_queue', 'no_prefill'), false) AS might_be_stuck,
+    coalesce(prefill_may_hold AND status IN ('pinned', 'young', 'hidden', 'waiting_queue', 'no_prefill', 'unnamed'), false) AS might_be_stuck,
     CASE
         WHEN status = 'hidden' THEN 'a hole on its prefill overlaps its watchdog deadline'
         WHEN status = 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
         WHEN status = 'no_prefill' THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
+        WHEN status = 'unnamed' THEN 'the decode finished it, but no prefill line names it although the prefill logged its requests then: its prefill lines are missing, and no later sample shows the prefill''s queues empty'
+        WHEN class = 'undecided' AND d_completed THEN 'the decode finished it, but no prefill line in the window shows whether the prefill released it'
         WHEN class = 'undecided' THEN 'the prefill handed it off, but no decode line in the window shows whether the decode received and finished it'
     END AS undecided_reason,
     CASE

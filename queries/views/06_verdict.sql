@@ -68,12 +68,12 @@ counts AS MATERIALIZED (
 --                   batch line shows whether it drained
 named AS (
     SELECT p_host AS host,
-        count(*) FILTER (WHERE class = 'silent_pin' OR prefill_status IN ('hidden', 'waiting_queue')) AS named_old,
+        count(*) FILTER (WHERE class = 'silent_pin' OR prefill_status IN ('hidden', 'waiting_queue', 'unnamed')) AS named_old,
         count(*) FILTER (WHERE holder_at_end = 'prefill') AS named_open
     FROM rq
     WHERE p_host IS NOT NULL
       -- only those counted: a host with none is a host with zeros (joined with coalesce below)
-      AND (class = 'silent_pin' OR prefill_status IN ('hidden', 'waiting_queue') OR holder_at_end = 'prefill')
+      AND (class = 'silent_pin' OR prefill_status IN ('hidden', 'waiting_queue', 'unnamed') OR holder_at_end = 'prefill')
     GROUP BY p_host
 ),
 per_host AS (
@@ -608,10 +608,14 @@ reasons AS MATERIALIZED (
     SELECT 31, 'undecided',
         'the prefill inflight queue was never observed: no prefill line in the window'
         || CASE WHEN c.decode_logged THEN ' (only the decode''s lines: export or collect the prefill''s too)' ELSE '' END
+        || coalesce(format('; {} request(s) the decode finished are undecided (whether the prefill released each is not seen): {}', fin.n, fin.rooms), '')
         || coalesce('; other lines name ' || up.named, '')
     FROM c, window_lines AS wl,
         (SELECT string_agg(format('{} ({} line(s))', address, n), ', ' ORDER BY address) AS named
          FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c)) AS up
+    LEFT JOIN (SELECT count(*) AS n, array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END AS rooms
+               FROM rq WHERE class = 'undecided' AND prefill_status IS NULL
+               HAVING count(*) > 0) AS fin ON true
     WHERE array_length(c.prefill_hosts) = 0 AND wl.n > 0
     UNION ALL
     SELECT 31, 'undecided',
@@ -620,7 +624,7 @@ reasons AS MATERIALIZED (
         || '; collect the decode''s journal too (--unit, its host)'
     FROM c, window_lines AS wl
     LEFT JOIN (SELECT count(*) AS n, array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END AS rooms
-               FROM rq WHERE class = 'undecided' AND coalesce(prefill_status, '') NOT IN ('hidden', 'waiting_queue', 'no_prefill')
+               FROM rq WHERE class = 'undecided' AND coalesce(prefill_status, '') NOT IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed')
                HAVING count(*) > 0) AS hand ON true
     WHERE NOT c.decode_logged AND array_length(c.prefill_hosts) > 0 AND wl.n > 0
     UNION ALL
@@ -700,8 +704,9 @@ reasons AS MATERIALIZED (
             array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END,
             CASE prefill_status
                 WHEN 'waiting_queue' THEN 'L2 time stats (--enable-request-time-stats-logging) would time its inflight entry'
+                WHEN 'unnamed' THEN 'read the prefill''s own log file (journald may have dropped its lines), or widen --since/--until'
                 ELSE 'ingest the prefill''s journal or log too' END)
-    FROM rq WHERE prefill_status IN ('waiting_queue', 'no_prefill') AND class = 'undecided'
+    FROM rq WHERE prefill_status IN ('waiting_queue', 'no_prefill', 'unnamed') AND class = 'undecided'
     GROUP BY prefill_status
     UNION ALL
     SELECT 33, 'undecided',

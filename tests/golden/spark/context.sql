@@ -2331,6 +2331,30 @@ WITH suppressed /* -------------------------------------------------------------
   FROM context__queue_seen AS q, context__s AS s
   GROUP BY
     q.host
+), hangs /* A death by SGLang's scheduler watchdog says the process hung that long first: that silence is */ /* the hang it reports, not lost lines. */ AS (
+  SELECT
+    COALESCE(e.host, '') AS host,
+    e.ts_us - COALESCE(o.offset_us, 0) AS t_us,
+    CAST(BROUND((
+      e.timeout_s * 1e6
+    )) AS BIGINT) AS hang_us
+  FROM events AS e
+  LEFT JOIN context__offsets AS o
+    ON o.host = COALESCE(e.host, '')
+  WHERE
+    e.event = 'engine_died' AND e.engine = 'prefill' AND NOT e.timeout_s IS NULL
+), downs_named AS (
+  SELECT
+    x.host,
+    x.from_t,
+    x.to_t,
+    COALESCE(MAX(h.hang_us), 0) AS hang_us
+  FROM down AS x
+  LEFT JOIN hangs AS h
+    ON h.host = x.host AND h.t_us BETWEEN x.from_t - 10000000 AND x.to_t
+  WHERE
+    x.engine = 'prefill'
+  GROUP BY ALL
 ), quiet /* n: the batch lines without the gauge inside the silence (the queue was in use, unobserved) */ AS (
   SELECT
     'prefill_silent' AS kind,
@@ -2351,7 +2375,13 @@ WITH suppressed /* -------------------------------------------------------------
         THEN 'no #inflight-req in any batch line'
         ELSE 'no batch line, no request line'
       END AS STRING),
-      CAST(CASE WHEN NOT g.seen_after THEN ', to the window end' ELSE '' END AS STRING),
+      CAST(CASE
+        WHEN g.stopped
+        THEN ', to its stop'
+        WHEN NOT g.seen_after
+        THEN ', to the window end'
+        ELSE ''
+      END AS STRING),
       ')',
       CAST(CASE
         WHEN COUNT(x.t_us) > 0
@@ -2367,18 +2397,20 @@ WITH suppressed /* -------------------------------------------------------------
     ) AS detail,
     g.seen_after
   FROM (
-    /* a restart names its own downtime: the silence counts from the engine's return */
+    /* a restart names its own downtime: the silence counts from the engine's return; a stop */
+    /* it does not come back from ends the silence there, less the hang a scheduler watchdog */
+    /* reports (a stop never names the silence before it: that is where the lines went missing) */
     SELECT
       g.host,
-      g.to_t,
       g.seen_after,
-      GREATEST(g.from_t, MAX(x.to_t)) AS from_t
+      GREATEST(g.from_t, MAX(x.to_t) FILTER(WHERE
+        x.to_t < g.to_t)) AS from_t,
+      LEAST(g.to_t, MIN(x.from_t - x.hang_us) FILTER(WHERE
+        x.to_t >= g.to_t)) AS to_t,
+      COALESCE(BOOL_OR(x.to_t >= g.to_t), FALSE) AS stopped
     FROM quiet_gaps AS g
-    LEFT JOIN down AS x
-      ON x.host = g.host
-      AND x.engine = 'prefill'
-      AND x.from_t <= g.to_t
-      AND x.to_t >= g.from_t
+    LEFT JOIN downs_named AS x
+      ON x.host = g.host AND x.from_t <= g.to_t AND x.to_t >= g.from_t
     GROUP BY
       g.host,
       g.from_t,
@@ -2407,6 +2439,7 @@ WITH suppressed /* -------------------------------------------------------------
     g.from_t,
     g.to_t,
     g.seen_after,
+    g.stopped,
     s.ctx_start_t
 ), holes_raw AS (
   SELECT

@@ -33,7 +33,17 @@ FROM inflight_gauge;
 
 CREATE OR REPLACE TEMPORARY VIEW requests__prefill_logs AS
 SELECT
-  COALESCE(MAX(evidence_level) >= 'L1', FALSE) AS l1
+  COALESCE(MAX(evidence_level) >= 'L1', FALSE) AS l1,
+  (
+    SELECT
+      MIN(p_first)
+    FROM room_state
+  ) AS logging_from,
+  (
+    SELECT
+      MAX(p_last)
+    FROM room_state
+  ) AS logging_to
 FROM (
   SELECT
     INLINE(engine_coverage)
@@ -41,6 +51,18 @@ FROM (
 )
 WHERE
   engine = 'prefill';
+
+CREATE OR REPLACE TEMPORARY VIEW requests__unnamed AS
+SELECT
+  r.bootstrap_room
+FROM room_state AS r, requests__prefill_logs AS l
+WHERE
+  r.p_first IS NULL
+  AND NOT r.d_recv IS NULL
+  AND l.l1
+  AND (
+    NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+  );
 
 CREATE OR REPLACE TEMPORARY VIEW requests__rs AS
 SELECT
@@ -106,19 +128,15 @@ SELECT
   r.any_abort,
   r.any_failure,
   r.one_sided,
-  r.prefill_may_hold
-  OR (
-    r.p_first IS NULL AND NOT r.d_recv IS NULL AND NOT r.d_completed AND l.l1
-  ) AS prefill_may_hold,
+  r.prefill_may_hold OR NOT u.bootstrap_room IS NULL AS prefill_may_hold,
   r.kv_arrived_by,
-  COALESCE(
-    r.open_start,
-    CASE WHEN r.p_first IS NULL AND NOT r.d_completed AND l.l1 THEN r.d_recv END
-  ) AS open_start,
+  COALESCE(r.open_start, CASE WHEN NOT u.bootstrap_room IS NULL THEN r.d_recv END) AS open_start,
   r.p_recv_open,
   r.decode_side_only,
   r.decode_from
-FROM room_state AS r, requests__prefill_logs AS l;
+FROM room_state AS r
+LEFT JOIN requests__unnamed AS u
+  USING (bootstrap_room);
 
 CREATE OR REPLACE TEMPORARY VIEW requests__held_by_prefill AS
 SELECT
@@ -150,7 +168,9 @@ SELECT
     SELECT
       COUNT(*)
     FROM requests__prefill_hosts AS prefill_hosts
-  ) AS n_prefill_hosts
+  ) AS n_prefill_hosts,
+  r.p_first /* the decode finished it and no prefill line names it: held past its deadline, it is */ /* a pin only the missing lines could name (undecided, never a silent pin) */ IS NULL
+  AND r.d_completed AS finished_unnamed
 FROM requests__rs AS r
 WHERE
   r.prefill_may_hold;
@@ -323,6 +343,8 @@ SELECT
     WHEN NOT hb.hole_to_t IS NULL
     AND NOT COALESCE(t.last_sample_t >= hb.hole_to_t + t.stuck_us, FALSE)
     THEN 'hidden'
+    WHEN t.finished_unnamed
+    THEN 'unnamed'
     ELSE 'pinned'
   END AS status
 FROM requests__timed AS t
@@ -441,7 +463,7 @@ WITH held /* Who holds it at the window end, and its life on the reference clock
       THEN 'watchdog_fired'
       WHEN r.status = 'pinned'
       THEN 'silent_pin'
-      WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill')
+      WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed')
       AND r.holder_at_end = 'prefill'
       THEN 'undecided'
       WHEN r.any_failure
@@ -450,11 +472,19 @@ WITH held /* Who holds it at the window end, and its life on the reference clock
       THEN 'retracted'
       WHEN r.any_abort
       THEN 'aborted'
-      WHEN (
-        r.status IN ('gone', 'released') AND NOT r.d_completed
+      WHEN r.status = 'gone'
+      OR (
+        r.status = 'released' AND NOT r.d_completed
       )
       OR NOT r.d_gone_t IS NULL
       THEN 'lost'
+      WHEN r.d_completed
+      AND (
+        SELECT
+          SIZE(prefill_hosts)
+        FROM requests__c AS c
+      ) = 0
+      THEN 'undecided'
       WHEN r.d_completed
       THEN 'completed'
       WHEN NOT (
@@ -529,7 +559,7 @@ SELECT
   evidence_level,
   COALESCE(
     prefill_may_hold
-    AND status IN ('pinned', 'young', 'hidden', 'waiting_queue', 'no_prefill'),
+    AND status IN ('pinned', 'young', 'hidden', 'waiting_queue', 'no_prefill', 'unnamed'),
     FALSE
   ) AS might_be_stuck, /* the prefill may still hold it: stuck (a silent pin), or not decided either way */
   CASE
@@ -539,6 +569,10 @@ SELECT
     THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
     WHEN status = 'no_prefill'
     THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
+    WHEN status = 'unnamed'
+    THEN 'the decode finished it, but no prefill line names it although the prefill logged its requests then: its prefill lines are missing, and no later sample shows the prefill\'s queues empty'
+    WHEN class = 'undecided' AND d_completed
+    THEN 'the decode finished it, but no prefill line in the window shows whether the prefill released it'
     WHEN class = 'undecided'
     THEN 'the prefill handed it off, but no decode line in the window shows whether the decode received and finished it'
   END AS undecided_reason,

@@ -281,7 +281,7 @@ WITH named /* ------------------------------------------------------------------
   SELECT
     p_host AS host,
     COUNT(*) FILTER(WHERE
-      class = 'silent_pin' OR prefill_status IN ('hidden', 'waiting_queue')) AS named_old,
+      class = 'silent_pin' OR prefill_status IN ('hidden', 'waiting_queue', 'unnamed')) AS named_old,
     COUNT(*) FILTER(WHERE
       holder_at_end = 'prefill') AS named_open
   FROM verdict__rq AS rq
@@ -289,7 +289,7 @@ WITH named /* ------------------------------------------------------------------
     NOT p_host IS NULL
     AND /* only those counted: a host with none is a host with zeros (joined with coalesce below) */ (
       class = 'silent_pin'
-      OR prefill_status IN ('hidden', 'waiting_queue')
+      OR prefill_status IN ('hidden', 'waiting_queue', 'unnamed')
       OR holder_at_end = 'prefill'
     )
   GROUP BY
@@ -1692,7 +1692,15 @@ SELECT
     WHEN c.decode_logged
     THEN ' (only the decode\'s lines: export or collect the prefill\'s too)'
     ELSE ''
-  END || COALESCE('; other lines name ' || up.named, '')
+  END || COALESCE(
+    CONCAT(
+      '; ',
+      CAST(fin.n AS STRING),
+      ' request(s) the decode finished are undecided (whether the prefill released each is not seen): ',
+      CAST(fin.rooms AS STRING)
+    ),
+    ''
+  ) || COALESCE('; other lines name ' || up.named, '')
 FROM verdict__c AS c, window_lines AS wl, (
   SELECT
     LISTAGG(CONCAT(CAST(address AS STRING), ' (', CAST(n AS STRING), ' line(s))'), ', ') WITHIN GROUP (ORDER BY
@@ -1703,6 +1711,63 @@ FROM verdict__c AS c, window_lines AS wl, (
     FROM verdict__c AS c
   )
 ) AS up
+LEFT JOIN (
+  SELECT
+    COUNT(*) AS n,
+    ARRAY_JOIN(
+      SLICE(
+        CASE
+          WHEN SIZE(
+            ARRAY_SORT(
+              COLLECT_LIST(STRUCT(room AS v, first_t AS k0)),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            )
+          ) = 0
+          THEN NULL
+          ELSE TRANSFORM(
+            ARRAY_SORT(
+              COLLECT_LIST(STRUCT(room AS v, first_t AS k0)),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            ),
+            s -> s.v
+          )
+        END,
+        1,
+        5
+      ),
+      ', '
+    ) || CASE WHEN COUNT(*) > 5 THEN ', ...' ELSE '' END AS rooms
+  FROM verdict__rq AS rq
+  WHERE
+    class = 'undecided' AND prefill_status IS NULL
+  HAVING
+    COUNT(*) > 0
+) AS fin
+  ON TRUE
 WHERE
   SIZE(c.prefill_hosts) = 0 AND wl.n > 0
 UNION ALL
@@ -1773,7 +1838,7 @@ LEFT JOIN (
   FROM verdict__rq AS rq
   WHERE
     class = 'undecided'
-    AND NOT COALESCE(prefill_status, '') IN ('hidden', 'waiting_queue', 'no_prefill')
+    AND NOT COALESCE(prefill_status, '') IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed')
   HAVING
     COUNT(*) > 0
 ) AS hand
@@ -2227,12 +2292,15 @@ SELECT
     CAST(CASE prefill_status
       WHEN 'waiting_queue'
       THEN 'L2 time stats (--enable-request-time-stats-logging) would time its inflight entry'
+      WHEN 'unnamed'
+      THEN 'read the prefill\'s own log file (journald may have dropped its lines), or widen --since/--until'
       ELSE 'ingest the prefill\'s journal or log too'
     END AS STRING)
   )
 FROM verdict__rq AS rq
 WHERE
-  prefill_status IN ('waiting_queue', 'no_prefill') AND class = 'undecided'
+  prefill_status IN ('waiting_queue', 'no_prefill', 'unnamed')
+  AND class = 'undecided'
 GROUP BY
   prefill_status
 UNION ALL
