@@ -124,6 +124,9 @@ class StreamCarry:
     unit_last: dict[int, str] = field(default_factory=dict)
     unit_engine: dict[int, str] = field(default_factory=dict)  # the engine its lines showed so far
     last_date: dict[str, str] = field(default_factory=dict)  # source_key -> its last dated line's time
+    # source_key -> its last zone-less local time, and whether that line was in the second pass
+    # of a repeated (DST) hour: the next batch goes on resolving the hour by file order
+    last_local: dict[str, tuple[int, bool]] = field(default_factory=dict)
     host_offset_how: dict[str, str] = field(default_factory=dict)  # host -> what its offset came from
     # record stream (see _join_records) -> the text of its split record so far, when the batch
     # ended before the record did (a CRI `P` record, a journald LineMax piece): the next batch
@@ -677,21 +680,80 @@ def _app_time(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.Da
         pl.coalesce("ts_us", pl.when(pl.col("_o_utc")).then("_o_us")).alias("_pair_utc"),
     )
     zone = opts.tz
+    df = _repeated_hour(df, zone or LOCAL_TZ, carry)
     if zone is None:
         offsets = _infer_offsets(df, carry)
         offset = pl.col("host").replace_strict(offsets, default=None, return_dtype=pl.Int64)
-        by_zone = _zone_convert(pl.col("_local"), LOCAL_TZ)
-        local = pl.when(offset.is_not_null()).then(pl.col("_local") - offset).otherwise(by_zone)
+        local = pl.when(offset.is_not_null()).then(pl.col("_local") - offset).otherwise("_by_zone")
     else:
-        local = _zone_convert(pl.col("_local"), zone)
+        local = pl.col("_by_zone")
     own_local = pl.col("_naive").is_not_null() | pl.col("_utc").is_null()
     app = pl.when(pl.col("_naive").is_null() & pl.col("_utc").is_not_null()).then("_utc").otherwise(local)
     df = df.with_columns(
         app.alias("app_ts_us"),
         (own_local & pl.col("_local").is_not_null() & pl.col("ts_us").is_null()).alias("_zoned"),
+        # read in the zone (not by an inferred offset) inside its repeated hour
+        pl.when(own_local & local.eq_missing(pl.col("_by_zone"))).then("_fold").otherwise(0).alias("_fold"),
     )
     return df.drop("_naive", "_local", "_utc", "_pair_utc", "ts", "frac", "_c_us", "_c_utc", "_c_prec",
-                   "_o_us", "_o_utc", "_o_prec")  # fmt: skip
+                   "_o_us", "_o_utc", "_o_prec", "_by_zone")  # fmt: skip
+
+
+# A step back of at least this much inside a repeated hour is the clock going back (DST's end):
+# lines before it are the hour's first pass, lines after it its second.
+_DST_STEP_US = 30 * 60 * US
+
+
+def _repeated_hour(df: pl.DataFrame, zone: str, carry: StreamCarry) -> pl.DataFrame:
+    """`_by_zone`: each zone-less local time in UTC, a repeated hour (the autumn DST change) read
+    in file order; `_fold`: 1 for a line of the hour read as its first pass, 2 after the step
+    back that starts its second, else 0. A file whose hour has no step (one pass logged nothing)
+    cannot say which pass its lines were: the verdict reads the marks (`ts_origin`)."""
+    early, late = (
+        _zone_convert(pl.col("_local"), zone, "earliest"),
+        _zone_convert(pl.col("_local"), zone, "latest"),
+    )
+    df = df.with_columns(early.alias("_by_zone"), late.alias("_late"))
+    repeated = (pl.col("_by_zone") != pl.col("_late")).fill_null(False)
+    if not df.select(repeated.any()).item():
+        carry.last_local.update(_last_local(df, {}))
+        return df.with_columns(pl.lit(0, pl.Int8).alias("_fold")).drop("_late")
+    seeds = carry.last_local
+    seed_t = pl.col("source_key").replace_strict(
+        {k: v[0] for k, v in seeds.items()}, default=None, return_dtype=pl.Int64
+    )
+    seed_second = pl.col("source_key").replace_strict({k: v[1] for k, v in seeds.items()}, default=False,
+                                                      return_dtype=pl.Boolean)  # fmt: skip
+    first = pl.int_range(pl.len()).over("source_key") == 0
+    prev = pl.coalesce(
+        pl.col("_local").shift(1).forward_fill().over("source_key"), pl.when(first).then(seed_t)
+    )
+    df = df.with_columns(
+        repeated.alias("_rep"),
+        (repeated & (prev - pl.col("_local") >= _DST_STEP_US).fill_null(False)).alias("_back"),
+    )
+    # runs of lines inside the hour, per file; the run the previous batch ended in goes on here
+    run = (
+        (pl.col("_rep") != pl.col("_rep").shift(1).over("source_key"))
+        .fill_null(True)
+        .cum_sum()
+        .over("source_key")
+    )
+    df = df.with_columns(run.alias("_run"))
+    continued = (pl.col("_run") == pl.col("_run").min().over("source_key")) & seed_second
+    second = pl.col("_rep") & ((pl.col("_back").cum_sum().over(["source_key", "_run"]) > 0) | continued)
+    df = df.with_columns(
+        pl.when(second).then("_late").otherwise("_by_zone").alias("_by_zone"),
+        pl.when(second).then(2).when(pl.col("_rep")).then(1).otherwise(0).cast(pl.Int8).alias("_fold"),
+    )
+    ends = dict(df.group_by("source_key").agg(pl.col("_fold").last() == 2).iter_rows())
+    carry.last_local.update(_last_local(df, ends))
+    return df.drop("_late", "_rep", "_back", "_run")
+
+
+def _last_local(df: pl.DataFrame, second: dict[str, bool]) -> dict[str, tuple[int, bool]]:
+    last = df.filter(pl.col("_local").is_not_null()).group_by("source_key").agg(pl.col("_local").last())
+    return {k: (t, bool(second.get(k, False))) for k, t in last.iter_rows()}
 
 
 def zone_read(host: str | None, opts: ParseOptions, carry: StreamCarry) -> str:
@@ -704,10 +766,10 @@ def zone_read(host: str | None, opts: ParseOptions, carry: StreamCarry) -> str:
     return f"{LOCAL_TZ}, this machine's zone (no --tz, and no UTC time to compare with)"
 
 
-def _zone_convert(naive_us: pl.Expr, zone: str) -> pl.Expr:
+def _zone_convert(naive_us: pl.Expr, zone: str, ambiguous: str = "earliest") -> pl.Expr:
     return (
         naive_us.cast(pl.Datetime("us"))
-        .dt.replace_time_zone(zone, ambiguous="earliest", non_existent="null")
+        .dt.replace_time_zone(zone, ambiguous=ambiguous, non_existent="null")
         .dt.convert_time_zone("UTC")
         .dt.epoch("us")
     )
@@ -723,6 +785,8 @@ def _best_time(df: pl.DataFrame, carry: StreamCarry) -> pl.DataFrame:
     df = df.with_columns(
         pl.when(pl.col("ts_us").is_not_null())
         .then(pl.lit("journal"))
+        .when(pl.col("app_ts_us").is_not_null() & (pl.col("_fold") > 0))
+        .then(pl.format("app_fold{}", "_fold"))
         .when(pl.col("app_ts_us").is_not_null())
         .then(pl.lit("app"))
         .otherwise(None)

@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS lines (
     priority TINYINT,
     ts_us BIGINT,                     -- best UTC time (us): journal receive time, else the line's prefix
     app_ts_us BIGINT,                 -- the line's own prefix converted to UTC (us)
-    ts_origin VARCHAR,                -- journal | app | inherited | none
+    ts_origin VARCHAR,                -- journal | app | app_fold1 | app_fold2 | inherited | none
     app_ts_precision_us INTEGER,      -- 1000000 for the 1-second SGLang prefix, 1000 with SGLANG_LOG_MS
     dp_rank SMALLINT,
     tp_rank SMALLINT,

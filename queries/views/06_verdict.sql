@@ -684,6 +684,19 @@ reasons AS MATERIALIZED (
       AND NOT EXISTS (SELECT 1 FROM ingests AS j
                       WHERE j.ingest_id > i.ingest_id AND j.status = 'complete' AND j.sources = i.sources)
     UNION ALL
+    -- A zone-less time in the hour the clock repeats (the autumn DST change) names two instants;
+    -- ingest reads them in file order (a step back inside the hour starts its second pass). A
+    -- file with no such step cannot say which pass its lines were: read as the first, they may
+    -- be an hour early, and a pin, a restart or a silence there is not placed.
+    SELECT 31, 'undecided',
+        format('{} line(s) of {} fall in the hour the clock repeated (DST end, from {}) and the file''s order does not say which pass each was (no step back inside the hour): read as the first pass, they may be an hour early; read the file with the UTC offset then in force (--tz +HH:MM), or judge a window that leaves the hour out',
+            f.n, f.source, pdf_ts(f.lo))
+    FROM c, (SELECT source_key, any_value(source) AS source, min(ts_us) AS lo,
+                    count(*) FILTER (WHERE ts_origin = 'app_fold1' AND ts_us BETWEEN (SELECT start_t FROM c) AND (SELECT end_t FROM c)) AS n,
+                    bool_or(ts_origin = 'app_fold2') AS stepped
+             FROM lines WHERE ts_origin IN ('app_fold1', 'app_fold2') GROUP BY source_key) AS f
+    WHERE NOT f.stepped AND f.n > 0
+    UNION ALL
     SELECT 34, 'undecided',
         CASE WHEN c.data_end_us IS NULL
             THEN 'no lines in the window: the database holds no timed line (nothing was ingested: check --unit / --since / journal access)'

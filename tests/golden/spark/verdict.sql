@@ -2164,6 +2164,49 @@ WHERE
       j.ingest_id > i.ingest_id AND j.status = 'complete' AND j.sources = i.sources
   )
 UNION ALL
+/* A zone-less time in the hour the clock repeats (the autumn DST change) names two instants; */
+/* ingest reads them in file order (a step back inside the hour starts its second pass). A */
+/* file with no such step cannot say which pass its lines were: read as the first, they may */
+/* be an hour early, and a pin, a restart or a silence there is not placed. */
+SELECT
+  31,
+  'undecided',
+  CONCAT(
+    CAST(f.n AS STRING),
+    ' line(s) of ',
+    CAST(f.source AS STRING),
+    ' fall in the hour the clock repeated (DST end, from ',
+    CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
+      f.lo
+    ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+    ') and the file\'s order does not say which pass each was (no step back inside the hour): read as the first pass, they may be an hour early; read the file with the UTC offset then in force (--tz +HH:MM), or judge a window that leaves the hour out'
+  )
+FROM verdict__c AS c, (
+  SELECT
+    source_key,
+    ANY_VALUE(source, TRUE) AS source,
+    MIN(ts_us) AS lo,
+    COUNT(*) FILTER(WHERE
+      ts_origin = 'app_fold1'
+      AND ts_us BETWEEN (
+        SELECT
+          start_t
+        FROM verdict__c AS c
+      ) AND (
+        SELECT
+          end_t
+        FROM verdict__c AS c
+      )) AS n,
+    BOOL_OR(ts_origin = 'app_fold2') AS stepped
+  FROM lines
+  WHERE
+    ts_origin IN ('app_fold1', 'app_fold2')
+  GROUP BY
+    source_key
+) AS f
+WHERE
+  NOT f.stepped AND f.n > 0
+UNION ALL
 SELECT
   34,
   'undecided',
