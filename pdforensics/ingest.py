@@ -173,6 +173,9 @@ def _plan_resume(con: duckdb.DuckDBPyConnection, src: Source, selection: Selecti
     if not isinstance(src, PlainFileSource):
         return
     src.resume(0, 0)
+    src.key = _grown_from(con, src)
+    if src.grows_key:
+        store.note_file_head(con, src.key, src.head_len)
     mark = store.get_mark(con, FILE_MARK + src.key)
     if mark is None:
         return
@@ -186,6 +189,17 @@ def _plan_resume(con: duckdb.DuckDBPyConnection, src: Source, selection: Selecti
         start, unread = store.resume_point(con, src.key, upto, CONTEXT_RECORDS)
         src.resume(start, unread)
     # Else the file shrank (rewritten, same head): read it whole.
+
+
+def _grown_from(con: duckdb.DuckDBPyConnection, src: PlainFileSource) -> str:
+    """A file's identity while it grows: a file stored when it was shorter than the head its key
+    hashes keeps that key, so long as it still starts with exactly the bytes stored then."""
+    if store.file_head(con, src.key) is not None:
+        return src.key
+    for key, length in store.file_heads_shorter_than(con, src.head_len):
+        if src.prefix_key(length) == key:
+            return key
+    return src.key
 
 
 def ingest(

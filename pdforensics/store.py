@@ -518,6 +518,30 @@ def _set_mark(con: duckdb.DuckDBPyConnection, key: str, position: int, detail: s
     con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, f"{position} {detail}"])
 
 
+# A plain file read while shorter than the head its key hashes (sources.plain): its key and how
+# long it was, as "file_head:<key>" = "<bytes>", so that the file, grown, is known by that key.
+FILE_HEAD = "file_head:"
+
+
+def note_file_head(con: duckdb.DuckDBPyConnection, key: str, length: int) -> None:
+    if file_head(con, key) is None:
+        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [FILE_HEAD + key, str(length)])
+
+
+def file_head(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
+    row = con.execute("SELECT value FROM meta WHERE key = ?", [FILE_HEAD + key]).fetchone()
+    return int(row[0]) if row else None
+
+
+def file_heads_shorter_than(con: duckdb.DuckDBPyConnection, length: int) -> list[tuple[str, int]]:
+    """(key, bytes) of the files noted shorter than `length`, the longest first."""
+    rows = con.execute(
+        "SELECT key, n FROM (SELECT key, TRY_CAST(value AS BIGINT) AS n FROM meta WHERE starts_with(key, ?)) WHERE n < ? ORDER BY n DESC",
+        [FILE_HEAD, length],
+    ).fetchall()
+    return [(str(k)[len(FILE_HEAD) :], int(n)) for k, n in rows]
+
+
 def stored_count(con: duckdb.DuckDBPyConnection, source_key: str, before: int | None = None) -> int:
     """Lines stored from `source_key` (only those with seq < `before` when given)."""
     sql, params = "SELECT count(*) FROM lines WHERE source_key = ?", [source_key]

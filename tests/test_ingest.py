@@ -294,6 +294,30 @@ def test_an_appended_plain_file_resumes_near_its_mark_and_equals_a_clean_run(
     assert tail.min() < cut, "the traceback's tail lost its head across the append"
 
 
+@pytest.mark.parametrize("window", [False, True])
+def test_a_small_file_that_grows_is_stored_once(tmp_path: Path, catalog, window: bool) -> None:
+    """A file shorter than the head its identity hashes (64 KiB) keeps its identity as it grows
+    (issue 29, item 2): ingested, appended to and ingested again, it holds what one ingest of the
+    whole file holds, with or without a window (which leaves no resume mark)."""
+    whole = _plain_text(1)
+    text = whole[: whole.index(b"\n", 20_000) + 1]
+    cut = text.index(b"\n", len(text) // 2) + 1
+    log = tmp_path / "sglang-prefill.log"
+    log.write_bytes(text[:cut])
+    db = tmp_path / "g.duckdb"
+    sel = Selection(window=Window(since_us=0)) if window else Selection()
+    first = ingest(db, [_plain(log)], sel, catalog, tz="UTC", views=False)
+    with open(log, "ab") as f:
+        f.write(text[cut:])
+    again = ingest(db, [_plain(log)], sel, catalog, tz="UTC", views=False)
+    clean_db = tmp_path / "clean.duckdb"
+    clean = ingest(clean_db, [_plain(log)], sel, catalog, tz="UTC", views=False)
+    assert first.stored + again.stored == clean.stored
+    grown = all_lines(db)
+    assert grown["source_key"].n_unique() == 1  # one file, one identity
+    assert grown.drop("source_key").equals(all_lines(clean_db).drop("source_key"))
+
+
 def test_a_windowed_ingest_leaves_no_mark_and_a_later_full_ingest_stores_the_rest(
     tmp_path: Path, catalog
 ) -> None:

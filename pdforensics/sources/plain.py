@@ -23,6 +23,7 @@ from pdforensics.sources import FILE_MARK, RecordBatch, Selection
 from pdforensics.sources._common import (
     CHUNK_BYTES,
     GZIP_MAGIC,
+    HEAD_BYTES,
     GunzipStream,
     check_file,
     escape_expr,
@@ -92,6 +93,9 @@ class PlainFileSource:
         if share > MAX_BINARY_SHARE:
             raise SourceError(f"{self.path}: not a text log ({share:.0%} of its first 64 KiB is not text)")
         self.key = file_key(head)
+        self.head_len = len(head)
+        # the head is the whole file: its key changes as it grows (ingest keeps the first one)
+        self.grows_key = 0 < len(head) < HEAD_BYTES
         self.label = f"file:{self.path.resolve()}"
         # The machine reading a copied file is not the machine that wrote it, hence no hostname;
         # a Kubernetes container log names its pod (host) and container (unit) in its path.
@@ -104,6 +108,10 @@ class PlainFileSource:
         # Set by ingest from the database's file marks (see `resume`): where to start reading.
         self.start: int | None = 0
         self.known_unread = 0
+
+    def prefix_key(self, n: int) -> str:
+        """The key this file had when it was `n` bytes long (its first `n` bytes are its head)."""
+        return file_key(read_head(self.path, n))
 
     def raw_size(self) -> int:
         return self.path.stat().st_size
