@@ -616,9 +616,11 @@ def instance_options(
         since_us=None if whole.window_start_us is None else whole.window_start_us + offset_us,
         until_us=None if whole.window_end_us is None else whole.window_end_us + offset_us,
     )
-    fleet_vars: dict[str, Any] = {}
+    # another engine's queue the whole window explained holds other instances' requests
+    stuck = ";".join(f"{q['host']}|{q['engine']}|{q['queue']}" for q in whole.stuck_elsewhere)
+    fleet_vars: dict[str, Any] = {"pdf_fleet_stuck_queues": stuck}
     if opts.watchdog_timeout_s is None and whole.timeout_source != "default":
-        fleet_vars = {
+        fleet_vars |= {
             "pdf_fleet_timeout_s": whole.timeout_s,
             "pdf_fleet_timeout_basis": f"{whole.timeout_source} elsewhere in the fleet",
         }

@@ -198,3 +198,41 @@ def test_the_terminal_lists_the_instances_worst_first(log: Log) -> None:
     lines = rest.splitlines()
     assert lines[0].split()[:2] == ["gpu-c", "watchdog_missed"] and "1 silent pin" in lines[0]
     assert lines[1].split()[:2] == ["gpu-a", "nothing_stuck"]
+
+
+def decode_transfer_queue(log: Log, frozen_from: float) -> None:
+    """gpu-a's batch lines, each with a decode batch line whose #transfer-req is 1 from `frozen_from`."""
+    for k in range(1, 40):
+        t = k * 10 + 0.1
+        log.add(t, A, "prefill_stats", "Prefill batch, #new-seq: 1, #inflight-req: 1", new_seq=1, inflight_req=1,
+                queue_req=0, bootstrap_req=0, tp_rank=0, entry="prefill_batch_0518")  # fmt: skip
+        log.add(t + 0.3, DECODE, "decode_stats", "Decode batch, #transfer-req: 1", running_req=1,
+                transfer_req=int(t > frozen_from), prealloc_req=0, tp_rank=0)  # fmt: skip
+
+
+def test_a_decode_queue_another_instance_explains_is_not_charged_to_this_one(log: Log) -> None:
+    """The decode's transfer queue stays at 1 from 52 s: gpu-c's pinned request sits in it, and
+    the whole window names it. gpu-a's scope does not see that request, but the queue is not
+    gpu-a's to answer for (issue 26, item 5): gpu-a is nothing_stuck, gpu-c watchdog_missed."""
+    traffic(log, A, 100)
+    traffic(log, C, 500)
+    pinned(log, 50, room(1), C)
+    batches(log, C, [(50, None)])
+    decode_transfer_queue(log, 52)
+    v = log.verdict()
+    assert {i["host"]: i["verdict"] for i in v.instances} == {
+        "gpu-c": "watchdog_missed",
+        "gpu-a": "nothing_stuck",
+    }
+    assert v.stuck_elsewhere == []
+
+
+def test_a_decode_queue_nothing_explains_is_charged_to_every_instance(log: Log) -> None:
+    """The same queue frozen with no request any line names in it: stuck where no one can say
+    whose, so no instance that sends to that decode is healthy."""
+    traffic(log, A, 100)
+    traffic(log, C, 500)
+    batches(log, C, [])
+    decode_transfer_queue(log, 52)
+    v = log.verdict()
+    assert v.stuck_elsewhere and all(i["verdict"] == "inconclusive" for i in v.instances)

@@ -30,6 +30,9 @@
 --   pdf_fleet_timeout_s, pdf_fleet_timeout_basis   for one instance of a fleet: the timeout the
 --                            other instances' lines show, used when the instance's own lines show
 --                            none (builds differ; the operator's expectation is the fleet's).
+--   pdf_fleet_stuck_queues   for one instance of a fleet: the queues the whole window found stuck
+--                            (`host|engine|queue;...`): another engine's frozen queue is charged
+--                            to the instance only when the whole window could not explain it.
 --   pdf_storm_min_aborts, pdf_storm_gap_s   an abort storm is at least N aborted requests with
 --                            no gap longer than S seconds between them. Defaults 10 and 5 s.
 --
@@ -74,7 +77,8 @@ SELECT
     getvariable('pdf_env_timeout_s')::DOUBLE AS env_timeout_s,
     getvariable('pdf_env_unit')::VARCHAR AS env_unit,
     getvariable('pdf_fleet_timeout_s')::DOUBLE AS fleet_timeout_s,
-    getvariable('pdf_fleet_timeout_basis')::VARCHAR AS fleet_timeout_basis;
+    getvariable('pdf_fleet_timeout_basis')::VARCHAR AS fleet_timeout_basis,
+    getvariable('pdf_fleet_stuck_queues')::VARCHAR AS fleet_stuck_queues;
 
 -- The window on each host's own clock: --since/--until when given, else the window of the last
 -- ingest that stored lines (its own --since/--until, else the span of the lines it stored) and of

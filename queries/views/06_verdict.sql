@@ -462,7 +462,14 @@ frozen_rows AS MATERIALIZED (
     ) AS x ON true
 ),
 stuck_rows AS MATERIALIZED (
-    SELECT * EXCLUDE (explained) FROM frozen_rows WHERE value > explained
+    SELECT f.* EXCLUDE (explained)
+    FROM frozen_rows AS f, (SELECT fleet_stuck_queues FROM params) AS p
+    WHERE f.value > f.explained
+      -- one instance of a fleet: another engine's queue (a decode serves several prefills) holds
+      -- requests of other instances its scope does not see; charged to it only when the whole
+      -- window, which sees them all, could not explain the queue either
+      AND (p.fleet_stuck_queues IS NULL OR f.engine = 'prefill'
+           OR list_contains(string_split(p.fleet_stuck_queues, ';'), concat_ws('|', f.host, f.engine, f.queue)))
 ),
 -- ------------------------------------------------------------------------------- window
 -- Prefills whose inflight queue the window never showed: no #inflight-req sample and no request

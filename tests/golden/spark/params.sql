@@ -14,5 +14,6 @@ SELECT
   CAST(NULL AS DOUBLE) AS env_timeout_s,
   CAST(NULL AS STRING) AS env_unit,
   CAST(NULL AS DOUBLE) AS fleet_timeout_s,
-  CAST(NULL AS STRING) AS fleet_timeout_basis;
+  CAST(NULL AS STRING) AS fleet_timeout_basis,
+  CAST(NULL AS STRING) AS fleet_stuck_queues;
 

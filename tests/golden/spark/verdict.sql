@@ -1041,18 +1041,30 @@ LEFT JOIN LATERAL (
 
 CREATE OR REPLACE TEMPORARY VIEW verdict__stuck_rows AS
 SELECT
-  host,
-  engine,
-  queue,
-  dp_rank,
-  tp_rank,
-  value,
-  from_t,
-  to_t,
-  samples
-FROM verdict__frozen_rows AS frozen_rows
+  f.host,
+  f.engine,
+  f.queue,
+  f.dp_rank,
+  f.tp_rank,
+  f.value,
+  f.from_t,
+  f.to_t,
+  f.samples
+FROM verdict__frozen_rows AS f, (
+  SELECT
+    fleet_stuck_queues
+  FROM params
+) AS p
 WHERE
-  value > explained;
+  f.value > f.explained
+  AND /* one instance of a fleet: another engine's queue (a decode serves several prefills) holds */ /* requests of other instances its scope does not see; charged to it only when the whole */ /* window, which sees them all, could not explain the queue either */ (
+    p.fleet_stuck_queues IS NULL
+    OR f.engine = 'prefill'
+    OR ARRAY_CONTAINS(
+      SPLIT(p.fleet_stuck_queues, CONCAT('\\Q', ';', '\\E')),
+      CONCAT_WS('|', f.host, f.engine, f.queue)
+    )
+  );
 
 CREATE OR REPLACE TEMPORARY VIEW verdict__reasons AS
 WITH tp AS (
