@@ -304,6 +304,38 @@ def run_simulate(
     return path
 
 
+def next_commands(incident: Path, db: Path, journal_remote: Path | None = None) -> list[str]:
+    """The commands that give a simulated incident's expected answer: its ingests (one per
+    window when expected.json has several) and the verdict with every option it needs (the
+    timeout the operator knows, the window)."""
+    import json
+    import shlex
+    from datetime import UTC, datetime
+
+    def when(us: int) -> str:
+        return f"{datetime.fromtimestamp(us / 1e6, UTC):%Y-%m-%dT%H:%M:%SZ}"
+
+    expected = json.loads((incident / "expected.json").read_text())
+    source = (
+        ["-D", str(journal_remote)]
+        if journal_remote is not None
+        else ["--file", str(incident / "journal.export")]
+    )
+    ingest = ["pdforensics", "ingest", "--db", str(db), *source]
+    runs = [
+        [*ingest, "--since", when(w["since_us"]), "--until", when(w["until_us"])]
+        for w in expected.get("ingests") or []
+    ]
+    opts = expected.get("verdict_options") or {}
+    verdict = ["pdforensics", "verdict", "--db", str(db)]
+    if "watchdog_timeout_s" in opts:
+        verdict += ["--watchdog-timeout", f"{opts['watchdog_timeout_s']:g}"]
+    for name in ("since", "until"):
+        if (us := opts.get(f"{name}_us")) is not None:
+            verdict += [f"--{name}", when(us)]
+    return [shlex.join(c) for c in (runs or [ingest])] + [shlex.join(verdict)]
+
+
 def run_report(
     db: Path, out: Path, since: str | None, until: str | None, watchdog_timeout: float | None,
     grace: float | None, show_prompts: bool, now_us: int,

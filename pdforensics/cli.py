@@ -392,7 +392,7 @@ def simulate(
     ] = None,
 ) -> None:
     """Write a realistic incident: journal export + json + plain logs (plain/) + expected.json."""
-    from pdforensics.api import run_simulate
+    from pdforensics.api import next_commands, run_simulate
     from pdforensics.simulate import SCENARIOS
 
     if list_ or scenario is None:
@@ -405,9 +405,8 @@ def simulate(
     typer.echo(f"wrote {path}: journal.export, journal.json, plain/*.log, expected.json")
     if journal_remote is not None:
         typer.echo(f"wrote {journal_remote}: remote-<host>.journal per host")
-        typer.echo(f"next:  pdforensics ingest --db {path / 'incident.duckdb'} -D {journal_remote}")
-        return
-    typer.echo(f"next:  pdforensics ingest --db {path / 'incident.duckdb'} --file {path / 'journal.export'}")
+    for k, command in enumerate(next_commands(path, path / "incident.duckdb", journal_remote)):
+        typer.echo(f"{'next:' if k == 0 else 'then:'}  {command}")
 
 
 # ------------------------------------------------------------------ report / sql / export

@@ -368,6 +368,23 @@ def test_simulate_writes_plain_logs_and_prints_the_next_command(tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.parametrize("scenario", ["two_incidents", "window_starts_after_armed", "journald_suppression"])
+def test_simulate_hints_every_option_the_expected_verdict_needs(tmp_path: Path, scenario: str) -> None:
+    """The commands `simulate` prints after `next:`, run in order, give expected.json's verdict:
+    its ingest windows, the timeout the operator knows, the judged window (issue 28)."""
+    out = tmp_path / "inc"
+    res = _cli_runner("simulate", scenario, "--out", str(out), "--now", "2026-11-29T12:10:00Z")
+    assert res.code == 0, res
+    hints = [
+        line.split(None, 1)[1] for line in res.stdout.splitlines() if line.startswith(("next:", "then:"))
+    ]
+    assert hints[-1].startswith("pdforensics verdict ")
+    for command in hints[:-1]:
+        assert _cli_runner(*shlex.split(command)[1:], "-q").code == 0, command
+    judged = _cli_runner(*shlex.split(hints[-1])[1:], "--json")
+    assert json.loads(judged.stdout)["verdict"] == json.loads((out / "expected.json").read_text())["verdict"]
+
+
 def test_a_whole_journal_ingest_says_what_it_is_about_to_read(tmp_path: Path) -> None:
     from conftest import export_to_journal
 
