@@ -73,24 +73,24 @@ ig AS MATERIALIZED (SELECT host, t_us, queue_req FROM inflight_gauge),
 -- counts only while the prefill was logging requests (between its first and last request line):
 -- its prefill Finish, after the decode's Receive, would be there; before or after that stretch
 -- (the window's edge, a `Config logging` that turned the request log off) nothing is missing.
+room_rows AS MATERIALIZED (SELECT * FROM room_state),
 prefill_logs AS MATERIALIZED (
     SELECT coalesce(max(evidence_level) >= 'L1', false) AS l1,
-        (SELECT min(p_first) FROM room_state) AS logging_from,
-        (SELECT max(p_last) FROM room_state) AS logging_to
+        (SELECT min(p_first) FROM room_rows) AS logging_from,
+        (SELECT max(p_last) FROM room_rows) AS logging_to
     FROM (SELECT unnest(engine_coverage, recursive := true) FROM c) WHERE engine = 'prefill'
 ),
-unnamed AS MATERIALIZED (
-    SELECT r.bootstrap_room
-    FROM room_state AS r, prefill_logs AS l
-    WHERE r.p_first IS NULL AND r.d_recv IS NOT NULL AND l.l1
-      AND (NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to)
-),
-rs AS MATERIALIZED (
-    SELECT r.* REPLACE (
-        r.prefill_may_hold OR u.bootstrap_room IS NOT NULL AS prefill_may_hold,
-        coalesce(r.open_start, CASE WHEN u.bootstrap_room IS NOT NULL THEN r.d_recv END) AS open_start)
-    FROM room_state AS r
-    LEFT JOIN unnamed AS u USING (bootstrap_room)
+-- a projection of the materialised rows, inlined where it is read
+rs AS NOT MATERIALIZED (
+    SELECT * EXCLUDE (unnamed) REPLACE (
+        prefill_may_hold OR unnamed AS prefill_may_hold,
+        coalesce(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start)
+    FROM (
+        SELECT r.*,
+            coalesce(r.p_first IS NULL AND r.d_recv IS NOT NULL AND l.l1
+                AND (NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to), false) AS unnamed
+        FROM room_rows AS r, prefill_logs AS l
+    )
 ),
 
 -- Requests the prefill may still hold, judged against the timeout.

@@ -31,18 +31,23 @@ SELECT
   queue_req
 FROM inflight_gauge;
 
+CREATE OR REPLACE TEMPORARY VIEW requests__room_rows AS
+SELECT
+  *
+FROM room_state;
+
 CREATE OR REPLACE TEMPORARY VIEW requests__prefill_logs AS
 SELECT
   COALESCE(MAX(evidence_level) >= 'L1', FALSE) AS l1,
   (
     SELECT
       MIN(p_first)
-    FROM room_state
+    FROM requests__room_rows AS room_rows
   ) AS logging_from,
   (
     SELECT
       MAX(p_last)
-    FROM room_state
+    FROM requests__room_rows AS room_rows
   ) AS logging_to
 FROM (
   SELECT
@@ -52,93 +57,92 @@ FROM (
 WHERE
   engine = 'prefill';
 
-CREATE OR REPLACE TEMPORARY VIEW requests__unnamed AS
-SELECT
-  r.bootstrap_room
-FROM room_state AS r, requests__prefill_logs AS l
-WHERE
-  r.p_first IS NULL
-  AND NOT r.d_recv IS NULL
-  AND l.l1
-  AND (
-    NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
-  );
-
-CREATE OR REPLACE TEMPORARY VIEW requests__rs AS
-SELECT
-  r.bootstrap_room,
-  r.p_host,
-  r.prefill_rid,
-  r.p_first,
-  r.p_last,
-  r.p_recv,
-  r.p_done,
-  r.p_stats_at,
-  r.p_inflight_entry,
-  r.p_bootstrap_done,
-  r.d_host,
-  r.decode_rid,
-  r.d_first,
-  r.d_last,
-  r.d_recv,
-  r.d_done,
-  r.d_stats_at,
-  r.legs,
-  r.p_last_recv,
-  r.p_reopened,
-  r.p_boot_failed,
-  r.p_xfer_failed,
-  r.p_finish_abort,
-  r.p_finish_reason,
-  r.p_abort_at,
-  r.p_xfer_abort,
-  r.p_boot_abort,
-  r.p_reason,
-  r.upstream_timeout,
-  r.p_fail_ranks,
-  r.p_abort_queue,
-  r.p_abort_req_at,
-  r.wd_at,
-  r.wd_reason_at,
-  r.wd_dwell_s,
-  r.wd_state,
-  r.wd_timeout_s,
-  r.wd_ranks,
-  r.wd_n_ranks,
-  r.wd_same_second,
-  r.d_hs_failed,
-  r.d_xfer_failed,
-  r.d_xfer_abort,
-  r.d_finish_abort,
-  r.d_abort_at,
-  r.d_reason,
-  r.d_wd_at,
-  r.d_retracted_at,
-  r.d_fail_ranks,
-  r.p_any_abort,
-  r.p_any_failure,
-  r.p_any_propagated,
-  r.d_any_abort,
-  r.d_any_failure,
-  r.d_any_propagated,
-  r.evidence_level,
-  r.p_end,
-  r.d_end,
-  r.d_completed,
-  r.any_abort,
-  r.any_failure,
-  r.one_sided,
-  r.prefill_may_hold OR NOT u.bootstrap_room IS NULL AS prefill_may_hold,
-  r.kv_arrived_by,
-  COALESCE(r.open_start, CASE WHEN NOT u.bootstrap_room IS NULL THEN r.d_recv END) AS open_start,
-  r.p_recv_open,
-  r.decode_side_only,
-  r.decode_from
-FROM room_state AS r
-LEFT JOIN requests__unnamed AS u
-  USING (bootstrap_room);
-
 CREATE OR REPLACE TEMPORARY VIEW requests__held_by_prefill AS
+WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
+  SELECT
+    bootstrap_room,
+    p_host,
+    prefill_rid,
+    p_first,
+    p_last,
+    p_recv,
+    p_done,
+    p_stats_at,
+    p_inflight_entry,
+    p_bootstrap_done,
+    d_host,
+    decode_rid,
+    d_first,
+    d_last,
+    d_recv,
+    d_done,
+    d_stats_at,
+    legs,
+    p_last_recv,
+    p_reopened,
+    p_boot_failed,
+    p_xfer_failed,
+    p_finish_abort,
+    p_finish_reason,
+    p_abort_at,
+    p_xfer_abort,
+    p_boot_abort,
+    p_reason,
+    upstream_timeout,
+    p_fail_ranks,
+    p_abort_queue,
+    p_abort_req_at,
+    wd_at,
+    wd_reason_at,
+    wd_dwell_s,
+    wd_state,
+    wd_timeout_s,
+    wd_ranks,
+    wd_n_ranks,
+    wd_same_second,
+    d_hs_failed,
+    d_xfer_failed,
+    d_xfer_abort,
+    d_finish_abort,
+    d_abort_at,
+    d_reason,
+    d_wd_at,
+    d_retracted_at,
+    d_fail_ranks,
+    p_any_abort,
+    p_any_failure,
+    p_any_propagated,
+    d_any_abort,
+    d_any_failure,
+    d_any_propagated,
+    evidence_level,
+    p_end,
+    d_end,
+    d_completed,
+    any_abort,
+    any_failure,
+    one_sided,
+    prefill_may_hold OR unnamed AS prefill_may_hold,
+    kv_arrived_by,
+    COALESCE(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start,
+    p_recv_open,
+    decode_side_only,
+    decode_from
+  FROM (
+    SELECT
+      r.*,
+      COALESCE(
+        r.p_first IS NULL
+        AND NOT r.d_recv IS NULL
+        AND l.l1
+        AND (
+          NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+        ),
+        FALSE
+      ) AS unnamed
+    FROM requests__room_rows AS r, requests__prefill_logs AS l
+  )
+)
 SELECT
   r.bootstrap_room,
   r.p_recv_open AS p_recv,
@@ -171,7 +175,7 @@ SELECT
   ) AS n_prefill_hosts,
   r.p_first /* the decode finished it and no prefill line names it: held past its deadline, it is */ /* a pin only the missing lines could name (undecided, never a silent pin) */ IS NULL
   AND r.d_completed AS finished_unnamed
-FROM requests__rs AS r
+FROM rs AS r
 WHERE
   r.prefill_may_hold;
 
@@ -352,11 +356,96 @@ LEFT JOIN hidden_by AS hb
   USING (bootstrap_room);
 
 CREATE OR REPLACE TEMPORARY VIEW requests__decode_gone AS
+WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
+  SELECT
+    bootstrap_room,
+    p_host,
+    prefill_rid,
+    p_first,
+    p_last,
+    p_recv,
+    p_done,
+    p_stats_at,
+    p_inflight_entry,
+    p_bootstrap_done,
+    d_host,
+    decode_rid,
+    d_first,
+    d_last,
+    d_recv,
+    d_done,
+    d_stats_at,
+    legs,
+    p_last_recv,
+    p_reopened,
+    p_boot_failed,
+    p_xfer_failed,
+    p_finish_abort,
+    p_finish_reason,
+    p_abort_at,
+    p_xfer_abort,
+    p_boot_abort,
+    p_reason,
+    upstream_timeout,
+    p_fail_ranks,
+    p_abort_queue,
+    p_abort_req_at,
+    wd_at,
+    wd_reason_at,
+    wd_dwell_s,
+    wd_state,
+    wd_timeout_s,
+    wd_ranks,
+    wd_n_ranks,
+    wd_same_second,
+    d_hs_failed,
+    d_xfer_failed,
+    d_xfer_abort,
+    d_finish_abort,
+    d_abort_at,
+    d_reason,
+    d_wd_at,
+    d_retracted_at,
+    d_fail_ranks,
+    p_any_abort,
+    p_any_failure,
+    p_any_propagated,
+    d_any_abort,
+    d_any_failure,
+    d_any_propagated,
+    evidence_level,
+    p_end,
+    d_end,
+    d_completed,
+    any_abort,
+    any_failure,
+    one_sided,
+    prefill_may_hold OR unnamed AS prefill_may_hold,
+    kv_arrived_by,
+    COALESCE(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start,
+    p_recv_open,
+    decode_side_only,
+    decode_from
+  FROM (
+    SELECT
+      r.*,
+      COALESCE(
+        r.p_first IS NULL
+        AND NOT r.d_recv IS NULL
+        AND l.l1
+        AND (
+          NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+        ),
+        FALSE
+      ) AS unnamed
+    FROM requests__room_rows AS r, requests__prefill_logs AS l
+  )
+)
 /* decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended */
 SELECT
   b.bootstrap_room,
   MIN(x.gone_t) AS d_gone_t
-FROM requests__rs AS b
+FROM rs AS b
 JOIN requests__restarts AS x
   ON x.engine = 'decode'
   AND x.host = COALESCE(b.d_host, x.host)
@@ -377,7 +466,91 @@ GROUP BY
   b.bootstrap_room;
 
 CREATE OR REPLACE TEMPORARY VIEW requests AS
-WITH held /* Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined */ /* (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row. */ AS (
+WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
+  SELECT
+    bootstrap_room,
+    p_host,
+    prefill_rid,
+    p_first,
+    p_last,
+    p_recv,
+    p_done,
+    p_stats_at,
+    p_inflight_entry,
+    p_bootstrap_done,
+    d_host,
+    decode_rid,
+    d_first,
+    d_last,
+    d_recv,
+    d_done,
+    d_stats_at,
+    legs,
+    p_last_recv,
+    p_reopened,
+    p_boot_failed,
+    p_xfer_failed,
+    p_finish_abort,
+    p_finish_reason,
+    p_abort_at,
+    p_xfer_abort,
+    p_boot_abort,
+    p_reason,
+    upstream_timeout,
+    p_fail_ranks,
+    p_abort_queue,
+    p_abort_req_at,
+    wd_at,
+    wd_reason_at,
+    wd_dwell_s,
+    wd_state,
+    wd_timeout_s,
+    wd_ranks,
+    wd_n_ranks,
+    wd_same_second,
+    d_hs_failed,
+    d_xfer_failed,
+    d_xfer_abort,
+    d_finish_abort,
+    d_abort_at,
+    d_reason,
+    d_wd_at,
+    d_retracted_at,
+    d_fail_ranks,
+    p_any_abort,
+    p_any_failure,
+    p_any_propagated,
+    d_any_abort,
+    d_any_failure,
+    d_any_propagated,
+    evidence_level,
+    p_end,
+    d_end,
+    d_completed,
+    any_abort,
+    any_failure,
+    one_sided,
+    prefill_may_hold OR unnamed AS prefill_may_hold,
+    kv_arrived_by,
+    COALESCE(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start,
+    p_recv_open,
+    decode_side_only,
+    decode_from
+  FROM (
+    SELECT
+      r.*,
+      COALESCE(
+        r.p_first IS NULL
+        AND NOT r.d_recv IS NULL
+        AND l.l1
+        AND (
+          NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+        ),
+        FALSE
+      ) AS unnamed
+    FROM requests__room_rows AS r, requests__prefill_logs AS l
+  )
+), held /* Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined */ /* (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row. */ AS (
   SELECT
     b.*,
     o.p_host_eff,
@@ -402,7 +575,7 @@ WITH held /* Who holds it at the window end, and its life on the reference clock
     END AS holder_at_end,
     LEAST(COALESCE(o.obs_end, c.end_t), COALESCE(dg.d_gone_t, c.end_t)) AS open_until,
     LEAST(b.p_first, b.d_first) AS life_start
-  FROM requests__rs AS b
+  FROM rs AS b
   CROSS JOIN (
     SELECT
       end_t,
