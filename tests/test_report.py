@@ -436,6 +436,28 @@ def _empty_report(db: Path, out: Path, opts: VerdictOptions) -> str:
         con.close()
 
 
+def test_lines_with_no_time_are_not_called_nothing_ingested(tmp_path: Path) -> None:
+    """300 lines stored whose prefix gives no time (issue 29, item 10): the report and the
+    verdict say they were stored and what to check, not "nothing was ingested"."""
+    from pdforensics.catalog import load_catalog
+    from pdforensics.ingest import ingest
+    from pdforensics.sources import Selection
+    from pdforensics.sources.plain import PlainFileSource
+
+    log = tmp_path / "sglang-prefill.log"
+    log.write_text("".join(f"<7>worker {k}: Prefill batch, #new-seq: 1\n" for k in range(300)))
+    db = tmp_path / "untimed.duckdb"
+    ingest(db, [PlainFileSource(log)], Selection(), load_catalog(), tz="UTC")
+    page = _empty_report(db, tmp_path / "u.html", OPTS)
+    assert "300 line(s) stored, none with a time I know" in page and "nothing was ingested" not in page
+    con = store.open_db(db, read_only=True)
+    try:
+        reasons = compute_verdict(con, OPTS).reasons
+    finally:
+        con.close()
+    assert any("300 line(s) stored, none with a time I know" in r for r in reasons), reasons
+
+
 def test_an_empty_window_says_what_to_check_instead_of_empty_panels(synth_db: Path, tmp_path: Path) -> None:
     empty_db = tmp_path / "empty.duckdb"
     store.open_db(empty_db).close()

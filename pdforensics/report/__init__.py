@@ -170,13 +170,26 @@ def _assemble(
 NOTHING_INGESTED = "nothing was ingested: check --unit / --since / journal access"
 
 
+def untimed(n: int) -> str:
+    return (
+        f"{n} line(s) stored, none with a time I know: its prefix may be a form I do not know (ingest --prefixes adds one), "
+        "or pass --tz / --date"
+    )
+
+
 def _empty_model(
     con: duckdb.DuckDBPyConnection, verdict: dict[str, Any], window: tuple[int, int], show_prompts: bool
 ) -> dict[str, Any]:
     """The page for a window without a single line: the verdict's reasons and what to check."""
-    first, last = con.execute("SELECT min(ts_us), max(ts_us) FROM lines").fetchone() or (None, None)
-    if first is None:
+    n, first, last = con.execute("SELECT count(*), min(ts_us), max(ts_us) FROM lines").fetchone() or (
+        0,
+        None,
+        None,
+    )
+    if not n:
         empty = NOTHING_INGESTED
+    elif first is None:
+        empty = untimed(n)
     else:
         empty = (
             f"no line in this window; the database holds lines from {_iso(first)} to {_iso(last)} UTC: "

@@ -705,8 +705,11 @@ reasons AS MATERIALIZED (
     WHERE NOT f.stepped AND f.n > 0
     UNION ALL
     SELECT 34, 'undecided',
-        CASE WHEN c.data_end_us IS NULL
-            THEN 'no lines in the window: the database holds no timed line (nothing was ingested: check --unit / --since / journal access)'
+        CASE WHEN c.data_end_us IS NULL AND (SELECT count(*) FROM lines) = 0
+            THEN 'no lines in the window: the database holds no line (nothing was ingested: check --unit / --since / journal access)'
+            WHEN c.data_end_us IS NULL
+            THEN format('no lines in the window: {} line(s) stored, none with a time I know (its prefix may be a form I do not know: ingest --prefixes adds one; or pass --tz / --date)',
+                        (SELECT count(*) FROM lines))
             ELSE format('no lines in the window ({} to {}); {}',
             coalesce(pdf_ts(c.start_t), 'the start'), coalesce(pdf_ts(c.end_t), 'the end'),
             CASE

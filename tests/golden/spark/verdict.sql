@@ -2223,8 +2223,22 @@ SELECT
   34,
   'undecided',
   CASE
+    WHEN c.data_end_us IS NULL AND (
+      SELECT
+        COUNT(*)
+      FROM lines
+    ) = 0
+    THEN 'no lines in the window: the database holds no line (nothing was ingested: check --unit / --since / journal access)'
     WHEN c.data_end_us IS NULL
-    THEN 'no lines in the window: the database holds no timed line (nothing was ingested: check --unit / --since / journal access)'
+    THEN CONCAT(
+      'no lines in the window: ',
+      CAST((
+        SELECT
+          COUNT(*)
+        FROM lines
+      ) AS STRING),
+      ' line(s) stored, none with a time I know (its prefix may be a form I do not know: ingest --prefixes adds one; or pass --tz / --date)'
+    )
     ELSE CONCAT(
       'no lines in the window (',
       CAST(COALESCE(
