@@ -524,8 +524,8 @@ FILE_HEAD = "file_head:"
 
 
 def note_file_head(con: duckdb.DuckDBPyConnection, key: str, length: int) -> None:
-    if file_head(con, key) is None:
-        con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [FILE_HEAD + key, str(length)])
+    """The first length noted for a key stays: it is the length the key hashes."""
+    con.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", [FILE_HEAD + key, str(length)])
 
 
 def file_head(con: duckdb.DuckDBPyConnection, key: str) -> int | None:

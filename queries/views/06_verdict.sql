@@ -705,11 +705,11 @@ reasons AS MATERIALIZED (
     WHERE NOT f.stepped AND f.n > 0
     UNION ALL
     SELECT 34, 'undecided',
-        CASE WHEN c.data_end_us IS NULL AND (SELECT count(*) FROM lines) = 0
+        CASE WHEN c.data_end_us IS NULL AND stored.n = 0
             THEN 'no lines in the window: the database holds no line (nothing was ingested: check --unit / --since / journal access)'
             WHEN c.data_end_us IS NULL
             THEN format('no lines in the window: {} line(s) stored, none with a time I know (its prefix may be a form I do not know: ingest --prefixes adds one; or pass --tz / --date)',
-                        (SELECT count(*) FROM lines))
+                        stored.n)
             ELSE format('no lines in the window ({} to {}); {}',
             coalesce(pdf_ts(c.start_t), 'the start'), coalesce(pdf_ts(c.end_t), 'the end'),
             CASE
@@ -720,7 +720,7 @@ reasons AS MATERIALIZED (
                                                          ELSE format('{:.0f} min', (c.start_t - c.data_end_us) / 6e7) END)
                  WHEN c.data_start_us > c.end_t THEN 'the data starts at ' || pdf_ts(c.data_start_us) || ': widen --since/--until'
                  ELSE format('the data spans {} to {}: widen --since/--until', pdf_ts(c.data_start_us), pdf_ts(c.data_end_us)) END) END
-    FROM c, window_lines AS wl WHERE wl.n = 0
+    FROM c, window_lines AS wl, (SELECT count(*) AS n FROM lines) AS stored WHERE wl.n = 0
     UNION ALL
     SELECT 32, 'undecided',
         format('{} request(s) undecided: {} ({}); {}', count(*), any_value(undecided_reason),

@@ -2223,20 +2223,12 @@ SELECT
   34,
   'undecided',
   CASE
-    WHEN c.data_end_us IS NULL AND (
-      SELECT
-        COUNT(*)
-      FROM lines
-    ) = 0
+    WHEN c.data_end_us IS NULL AND stored.n = 0
     THEN 'no lines in the window: the database holds no line (nothing was ingested: check --unit / --since / journal access)'
     WHEN c.data_end_us IS NULL
     THEN CONCAT(
       'no lines in the window: ',
-      CAST((
-        SELECT
-          COUNT(*)
-        FROM lines
-      ) AS STRING),
+      CAST(stored.n AS STRING),
       ' line(s) stored, none with a time I know (its prefix may be a form I do not know: ingest --prefixes adds one; or pass --tz / --date)'
     )
     ELSE CONCAT(
@@ -2298,7 +2290,11 @@ SELECT
       END AS STRING)
     )
   END
-FROM verdict__c AS c, window_lines AS wl
+FROM verdict__c AS c, window_lines AS wl, (
+  SELECT
+    COUNT(*) AS n
+  FROM lines
+) AS stored
 WHERE
   wl.n = 0
 UNION ALL
