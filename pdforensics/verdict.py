@@ -477,6 +477,8 @@ def _request_json(r: dict[str, Any]) -> dict[str, Any]:
     dwell = r["dwell_s"]
     return {
         "bootstrap_room": str(r["bootstrap_room"]),
+        # a request is (deployment, room): set when two deployments' prefills logged the room
+        "deployment": r.get("deployment"),
         "prefill_rid": r["prefill_rid"],
         "decode_rid": r["decode_rid"],
         "class": r["class"],

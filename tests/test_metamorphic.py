@@ -201,19 +201,11 @@ CASES = GRID if os.environ.get(ENV) == "all" else sample(GRID)
 # says what each needs). Each is a known wrong answer, kept visible: a listed case that starts to
 # pass fails here (strict), and its entry must go.
 KNOWN_GAPS: dict[str, str] = {}
-# Identity is (deployment, room) in the design; the views still key a request by its room, so two
-# deployments' rooms merge into one row. Not strict: some concatenations have no open room to lose.
-_MERGED_DEPLOYMENTS = (
-    "identity is (deployment, room): two deployments' requests with one room number merge into one "
-    "row (issue 26, item 4: not built yet)"
-)
 
 
 def marked(case: Case) -> object:
     if case.id in KNOWN_GAPS:
         return pytest.param(case, marks=pytest.mark.xfail(reason=KNOWN_GAPS[case.id], strict=True))
-    if case.mutation == "concatenate":
-        return pytest.param(case, marks=pytest.mark.xfail(reason=_MERGED_DEPLOYMENTS, strict=False))
     return case
 
 

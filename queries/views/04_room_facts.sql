@@ -32,7 +32,7 @@ redo AS MATERIALIZED (
     SELECT e.bootstrap_room FROM events AS e, upto WHERE e.line_id > upto.line_id AND e.bootstrap_room IS NOT NULL
 ),
 folded AS (
-    SELECT s.bootstrap_room,
+    SELECT s.bootstrap_room, '' AS holder,
         CASE WHEN p_fit = 'in' AND p_common_last_ts IS NOT NULL THEN p_host_lo END AS p_host_c,
         CASE WHEN p_fit = 'in' THEN p_rid END AS prefill_rid_c,
         CASE WHEN p_fit = 'in' THEN p_recv_ts - p_off END AS p_recv,
@@ -54,10 +54,10 @@ folded AS (
     FROM sides AS s
     WHERE (s.p_fit = 'in' OR s.d_fit = 'in') AND s.bootstrap_room NOT IN (SELECT bootstrap_room FROM redo)
 ),
-common AS (
+common_lines AS (
     -- k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats,
     --    11/12/14 the same on decode
-    SELECT bootstrap_room, host, rid, t_us,
+    SELECT bootstrap_room, host, engine, rid, t_us, bootstrap_host,
         CASE event WHEN 'request_received' THEN 1 WHEN 'req_time_stats' THEN 4
                    WHEN 'request_finished' THEN CASE WHEN reason_kind IS NULL THEN 2 ELSE 3 END
                    ELSE 0 END
@@ -67,11 +67,96 @@ common AS (
     FROM room_events
     WHERE bootstrap_room IN (SELECT bootstrap_room FROM redo)
 ),
+-- Identity is (deployment, room) (design.md, "Same request"). A room that two prefill hosts, or
+-- two decode hosts, logged (two deployments numbering rooms alike, a room reused) is `shared`:
+-- one request per prefill host (its `holder`; one host's Finish: never ends another's hold). A
+-- decode host's side fits a holder when nothing rules it out: its lines name an address the
+-- holder's lines of the room carry (or either names none), and the two Receive: lines are
+-- within 30 s (the router sends both legs at once). A side that fits one holder, which no other
+-- side fits alone, is that holder's. The rest pair with the holders left without one only when
+-- every way reads the same (each finished, at least as many as those holders, each fitting
+-- each: their lines then go with each such holder; a per-instance scope sees every deployment's
+-- decode lines on a shared address); otherwise each is a request of its own (holder
+-- `decode <host>`) and those holders' rows say so (d_unpaired): never completed by a guess.
+shared_rooms AS MATERIALIZED (
+    SELECT bootstrap_room FROM common_lines
+    GROUP BY bootstrap_room
+    HAVING count(DISTINCT host) FILTER (WHERE engine = 'prefill') > 1
+        OR count(DISTINCT host) FILTER (WHERE engine = 'decode') > 1
+),
+room_sides AS MATERIALIZED (
+    SELECT bootstrap_room, engine, host, engine || ' ' || host AS holder,
+        bool_or(k IN (12, 14)) AS finished,
+        min(t_us) FILTER (WHERE k IN (1, 11)) AS recv_t,
+        coalesce(list(DISTINCT bootstrap_host) FILTER (WHERE bootstrap_host IS NOT NULL), []) AS addresses
+    FROM common_lines
+    WHERE engine IN ('prefill', 'decode') AND bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
+    GROUP BY ALL
+),
+fits AS MATERIALIZED (
+    SELECT d.bootstrap_room, d.host, p.holder
+    FROM room_sides AS d
+    JOIN room_sides AS p
+      ON p.bootstrap_room = d.bootstrap_room AND p.engine = 'prefill' AND d.engine = 'decode'
+     AND (len(p.addresses) = 0 OR len(d.addresses) = 0 OR len(list_intersect(p.addresses, d.addresses)) > 0)
+     AND (p.recv_t IS NULL OR d.recv_t IS NULL OR abs(p.recv_t - d.recv_t) <= 30000000)
+),
+placed_sides AS MATERIALIZED (
+    -- placed: the one holder it fits, when no other side fits that holder alone
+    SELECT d.bootstrap_room, d.host, d.finished,
+        CASE WHEN n.n_fits = 1 AND count(*) FILTER (WHERE n.n_fits = 1) OVER (PARTITION BY d.bootstrap_room, n.holder) = 1
+             THEN n.holder END AS placed
+    FROM room_sides AS d
+    LEFT JOIN (SELECT bootstrap_room, host, count(*) AS n_fits, min(holder) AS holder FROM fits GROUP BY ALL) AS n
+      USING (bootstrap_room, host)
+    WHERE d.engine = 'decode'
+),
+lone_holders AS MATERIALIZED (
+    -- holders no decode side is placed with; `pairs`: the unplaced sides pair with them whichever way
+    SELECT *, unplaced > 0 AND unplaced = unplaced_finished AND unplaced >= lone AND fitting = lone * unplaced AS pairs
+    FROM (
+        SELECT s.bootstrap_room, s.holder, coalesce(p.unplaced, 0) AS unplaced,
+            coalesce(p.unplaced_finished, 0) AS unplaced_finished,
+            count(*) OVER (PARTITION BY s.bootstrap_room) AS lone,
+            sum(coalesce(fu.n, 0)) OVER (PARTITION BY s.bootstrap_room) AS fitting
+        FROM room_sides AS s
+        LEFT JOIN (SELECT f.bootstrap_room, f.holder, count(*) AS n
+                   FROM fits AS f JOIN placed_sides AS u USING (bootstrap_room, host)
+                   WHERE u.placed IS NULL GROUP BY ALL) AS fu
+          ON fu.bootstrap_room = s.bootstrap_room AND fu.holder = s.holder
+        LEFT JOIN (SELECT bootstrap_room, count(*) FILTER (WHERE placed IS NULL) AS unplaced,
+                          count(*) FILTER (WHERE placed IS NULL AND finished) AS unplaced_finished
+                   FROM placed_sides GROUP BY bootstrap_room) AS p ON p.bootstrap_room = s.bootstrap_room
+        LEFT JOIN (SELECT DISTINCT bootstrap_room, placed FROM placed_sides WHERE placed IS NOT NULL) AS pl
+          ON pl.bootstrap_room = s.bootstrap_room AND pl.placed = s.holder
+        WHERE s.engine = 'prefill' AND pl.placed IS NULL
+    )
+),
+decode_holders AS MATERIALIZED (
+    -- the holder(s) each decode side of a shared room is judged with
+    SELECT d.bootstrap_room, d.host, coalesce(d.placed, l.holder, 'decode ' || d.host) AS holder
+    FROM placed_sides AS d
+    LEFT JOIN lone_holders AS l ON d.placed IS NULL AND l.bootstrap_room = d.bootstrap_room AND l.pairs
+),
+pooled AS (
+    SELECT bootstrap_room, holder, pairs, unplaced FROM lone_holders WHERE unplaced > 0
+),
+-- each room line with the holder whose request it is ('' for a room that is one request; a line
+-- of a shared room that no engine side holds, a router's: '?')
+common AS (
+    SELECT c.*, '' AS holder FROM common_lines AS c WHERE c.bootstrap_room NOT IN (SELECT bootstrap_room FROM shared_rooms)
+    UNION ALL
+    SELECT c.*, coalesce(s.holder, h.holder, '?') AS holder
+    FROM common_lines AS c
+    LEFT JOIN room_sides AS s ON c.engine = 'prefill' AND s.engine = 'prefill' AND s.bootstrap_room = c.bootstrap_room AND s.host = c.host
+    LEFT JOIN decode_holders AS h ON c.engine = 'decode' AND h.bootstrap_room = c.bootstrap_room AND h.host = c.host
+    WHERE c.bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
+),
 aggregated AS (
     -- each aggregate touches only the lines its FILTER selects: with ~4 lines per request, the
     -- fewer touched, the faster (first/last and the level are derived below instead)
     SELECT
-        bootstrap_room,
+        bootstrap_room, holder,
         any_value(host) FILTER (WHERE k IN (1, 2, 4)) AS p_host_c,
         any_value(rid) FILTER (WHERE k IN (1, 2, 4)) AS prefill_rid_c,
         min(t_us) FILTER (WHERE k = 1) AS p_recv,
@@ -93,19 +178,7 @@ aggregated AS (
         max(t_us) FILTER (WHERE k = 1) AS p_last_recv,
         max(t_us) FILTER (WHERE k IN (2, 4)) AS p_last_done
     FROM common
-    GROUP BY bootstrap_room
-),
--- A room two prefill hosts received (two deployments numbering rooms alike, a room reused): each
--- host's hold is its own (design.md, "Same request"), so one host's Finish: never ends another's.
--- The host that received it and logged no end of its own keeps it open.
-split_open AS (
-    SELECT bootstrap_room, arg_min(host, recv_t) AS p_open_host, min(recv_t) AS p_open_recv
-    FROM (
-        SELECT bootstrap_room, host, min(t_us) FILTER (WHERE k = 1) AS recv_t, bool_or(k IN (2, 4)) AS done
-        FROM common WHERE k IN (1, 2, 4) GROUP BY ALL
-    )
-    GROUP BY bootstrap_room
-    HAVING count(*) > 1 AND bool_or(recv_t IS NOT NULL AND NOT done)
+    GROUP BY bootstrap_room, holder
 ),
 facts AS (
     SELECT * FROM folded
@@ -138,9 +211,19 @@ rare_lines AS (
                     'decode_watchdog_fired', 'retract_abort')
       AND reason_kind IS NOT NULL
 ),
+rare_held AS (
+    -- each with its holder, as the common lines
+    SELECT x.*, '' AS holder FROM rare_lines AS x WHERE x.bootstrap_room NOT IN (SELECT bootstrap_room FROM shared_rooms)
+    UNION ALL
+    SELECT x.*, coalesce(s.holder, h.holder, '?') AS holder
+    FROM rare_lines AS x
+    LEFT JOIN room_sides AS s ON x.engine = 'prefill' AND s.engine = 'prefill' AND s.bootstrap_room = x.bootstrap_room AND s.host = x.host
+    LEFT JOIN decode_holders AS h ON x.engine = 'decode' AND h.bootstrap_room = x.bootstrap_room AND h.host = x.host
+    WHERE x.bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
+),
 rare AS (
     SELECT
-        bootstrap_room,
+        bootstrap_room, holder,
         min(t_us) FILTER (WHERE k = 5) AS p_boot_failed,
         min(t_us) FILTER (WHERE k = 6 AND rk <> 4) AS p_xfer_failed,
         min(t_us) FILTER (WHERE k = 3) AS p_finish_abort,
@@ -197,18 +280,22 @@ rare AS (
         any_value(rid) FILTER (WHERE NOT is_p) AS decode_rid_r,
         min(t_us) FILTER (WHERE NOT is_p) AS d_first_r,
         max(t_us) FILTER (WHERE NOT is_p) AS d_last_r
-    FROM rare_lines
-    GROUP BY bootstrap_room
+    FROM rare_held
+    GROUP BY bootstrap_room, holder
 )
 SELECT
     coalesce(f.bootstrap_room, r.bootstrap_room) AS bootstrap_room,
-    coalesce(so.p_open_host, f.p_host_c, r.p_host_r) AS p_host,
+    coalesce(f.holder, r.holder) AS holder,
+    -- a holder of a shared room whose decode side no line places (see shared_rooms)
+    coalesce(NOT u.pairs, false) AS d_unpaired,
+    coalesce(f.p_host_c, r.p_host_r) AS p_host,
     coalesce(f.prefill_rid_c, r.prefill_rid_r) AS prefill_rid,
     least(f.p_recv, f.p_done, f.p_stats_at, r.p_first_r) AS p_first,
     greatest(f.p_last_c, r.p_last_r) AS p_last,
     f.p_recv, f.p_done, f.p_stats_at, f.p_inflight_entry, f.p_bootstrap_done,
-    coalesce(f.d_host_c, r.d_host_r) AS d_host,
-    coalesce(f.decode_rid_c, r.decode_rid_r) AS decode_rid,
+    CASE WHEN NOT coalesce(u.pairs AND u.unplaced > 1, false) THEN coalesce(f.d_host_c, r.d_host_r) END AS d_host,
+    -- paired whichever way: no one decode side (or host, when they differ) is its own
+    CASE WHEN NOT coalesce(u.pairs, false) THEN coalesce(f.decode_rid_c, r.decode_rid_r) END AS decode_rid,
     least(f.d_recv, f.d_done, f.d_stats_at, r.d_first_r) AS d_first,
     greatest(f.d_last_c, r.d_last_r) AS d_last,
     f.d_recv, f.d_done, f.d_stats_at,
@@ -218,11 +305,10 @@ SELECT
                                           OR r.p_first_r IS NOT NULL THEN 1 ELSE 0 END)
       + greatest(coalesce(f.d_recvs, 0), CASE WHEN coalesce(f.d_host_c, r.d_host_r) IS NOT NULL OR f.d_done IS NOT NULL
                                               OR r.d_first_r IS NOT NULL THEN 1 ELSE 0 END) AS legs,
-    coalesce(so.p_open_recv, f.p_last_recv) AS p_last_recv,
-    -- a later prefill leg is open: its Receive: came after every prefill end line; or a second
-    -- prefill host received it and never ended its side
-    coalesce(f.p_last_recv > greatest(f.p_last_done, r.p_last_end_r), false) OR so.p_open_host IS NOT NULL AS p_reopened,
-    r.* EXCLUDE (bootstrap_room, debug_lines, p_last_end_r, p_any_abort, p_any_failure, p_any_propagated,
+    f.p_last_recv,
+    -- a later prefill leg is open: its Receive: came after every prefill end line
+    coalesce(f.p_last_recv > greatest(f.p_last_done, r.p_last_end_r), false) AS p_reopened,
+    r.* EXCLUDE (bootstrap_room, holder, debug_lines, p_last_end_r, p_any_abort, p_any_failure, p_any_propagated,
                  d_any_abort, d_any_failure, d_any_propagated, p_host_r, prefill_rid_r, p_first_r, p_last_r,
                  d_host_r, decode_rid_r, d_first_r, d_last_r),
     coalesce(r.p_any_abort, false) AS p_any_abort,
@@ -240,5 +326,7 @@ SELECT
     END AS evidence_level
 -- a room named only by an abort line without its room (context.abort_rooms) has rare lines alone
 FROM facts AS f
-FULL JOIN rare AS r ON r.bootstrap_room = f.bootstrap_room
-LEFT JOIN split_open AS so ON so.bootstrap_room = coalesce(f.bootstrap_room, r.bootstrap_room);
+FULL JOIN rare AS r ON r.bootstrap_room = f.bootstrap_room AND r.holder = f.holder
+LEFT JOIN pooled AS u ON u.bootstrap_room = coalesce(f.bootstrap_room, r.bootstrap_room) AND u.holder = coalesce(f.holder, r.holder)
+-- lines of a shared room placed with no holder are not a request of their own
+WHERE coalesce(f.holder, r.holder) <> '?';

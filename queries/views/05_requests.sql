@@ -116,12 +116,13 @@ rs AS NOT MATERIALIZED (
 --                    while the prefill logged its requests: its lines are missing (undecided)
 --     pinned         held past the deadline with nothing hiding its end: a silent pin
 held_by_prefill AS MATERIALIZED (
-    SELECT r.bootstrap_room, r.p_recv_open AS p_recv, r.open_start, r.kv_arrived_by,
+    SELECT r.bootstrap_room, r.holder, r.p_recv_open AS p_recv, r.open_start, r.kv_arrived_by,
         -- at L0 the room may not name its prefill: with one prefill host it can only be that one,
         -- unless a line names another prefill whose own lines are absent (design.md, "Exists":
         -- nothing is attributed to an instance, or away from one, by elimination)
+        -- nor when its room is another deployment's too (its prefill may be one not collected)
         coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1
-                                 AND (SELECT array_length(unobserved_prefills) FROM c) = 0
+                                 AND (SELECT array_length(unobserved_prefills) FROM c) = 0 AND r.holder = ''
                                 THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
         (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts,
         -- the decode finished it and no prefill line names it: held past its deadline, it is
@@ -141,26 +142,26 @@ pinc AS MATERIALIZED (
     WHERE x.engine = 'prefill'
 ),
 emptied AS (
-    SELECT h.bootstrap_room, max(g.last_empty_t) AS last_empty_t
+    SELECT h.bootstrap_room, h.holder, max(g.last_empty_t) AS last_empty_t
     FROM held_by_prefill AS h
     JOIN gauge AS g ON g.host = h.host
     LEFT JOIN pinc AS i ON i.host = h.host AND i.incarnation = g.incarnation
     -- the incarnation it was received in (the first one, when it was received before any start)
     WHERE coalesce(i.next_t, 9223372036854775807) > h.open_start
       AND (i.start_t IS NULL OR i.start_t <= h.open_start OR i.incarnation = 1)
-    GROUP BY h.bootstrap_room
+    GROUP BY h.bootstrap_room, h.holder
 ),
 drain AS (
-    SELECT h.bootstrap_room, d.t_us AS first_drain_t
+    SELECT h.bootstrap_room, h.holder, d.t_us AS first_drain_t
     FROM held_by_prefill AS h
     ASOF LEFT JOIN (SELECT host, t_us FROM ig WHERE queue_req = 0) AS d
       ON d.host = h.host AND h.p_recv <= d.t_us
 ),
 prefill_gone AS (
-    SELECT h.bootstrap_room, min(x.gone_t) AS gone_t
+    SELECT h.bootstrap_room, h.holder, min(x.gone_t) AS gone_t
     FROM held_by_prefill AS h
     JOIN restarts AS x ON x.engine = 'prefill' AND x.host = h.host AND x.gone_t >= h.open_start
-    GROUP BY h.bootstrap_room
+    GROUP BY h.bootstrap_room, h.holder
 ),
 timed AS MATERIALIZED (
     SELECT h.*, d.first_drain_t, g.gone_t, sm.last_sample_t, e.last_empty_t,
@@ -177,10 +178,10 @@ timed AS MATERIALIZED (
         c.timeout_source = 'default' AS timeout_unknown
     FROM held_by_prefill AS h
     CROSS JOIN c
-    LEFT JOIN drain AS d USING (bootstrap_room)
-    LEFT JOIN prefill_gone AS g USING (bootstrap_room)
+    LEFT JOIN drain AS d USING (bootstrap_room, holder)
+    LEFT JOIN prefill_gone AS g USING (bootstrap_room, holder)
     LEFT JOIN sampled AS sm ON sm.host = h.host
-    LEFT JOIN emptied AS e USING (bootstrap_room)
+    LEFT JOIN emptied AS e USING (bootstrap_room, holder)
 ),
 hidden_by AS (
     -- holes on its prefill (not its stop: that is `gone`) within its hold:
@@ -189,7 +190,7 @@ hidden_by AS (
     --                  would have fired: its line may be in the hole, whatever a later gauge shows
     --   hole_to_t:     the last such hole over [pin_start, deadline]: a normal end may be in it,
     --                  unless a gauge sample a full timeout + grace later still shows the queue
-    SELECT t.bootstrap_room, max(x.to_t) AS hole_to_t, list_sort(list(DISTINCT x.hole_id)) AS hole_ids,
+    SELECT t.bootstrap_room, t.holder, max(x.to_t) AS hole_to_t, list_sort(list(DISTINCT x.hole_id)) AS hole_ids,
         bool_or(x.to_t >= t.pin_start + CASE WHEN t.timeout_unknown THEN 0 ELSE t.timeout_us - 1000000 END) AS over_deadline
     FROM timed AS t
     JOIN holes AS x
@@ -199,10 +200,10 @@ hidden_by AS (
      AND (x.host = t.host OR x.host = '' OR t.host IS NULL)
      AND x.from_t <= least(t.pin_start + t.stuck_us, t.obs_end) AND x.to_t >= t.pin_start
     WHERE t.pin_start IS NOT NULL
-    GROUP BY t.bootstrap_room
+    GROUP BY t.bootstrap_room, t.holder
 ),
 po AS MATERIALIZED (
-    SELECT t.bootstrap_room, t.host AS p_host_eff, t.pin_start, t.pin_start + t.stuck_us AS deadline, t.obs_end,
+    SELECT t.bootstrap_room, t.holder, t.host AS p_host_eff, t.pin_start, t.pin_start + t.stuck_us AS deadline, t.obs_end,
         t.gone_t AS p_gone_t, hb.hole_ids,
         CASE
             -- no prefill line in the window, or several prefill hosts and no line says which holds it
@@ -222,16 +223,16 @@ po AS MATERIALIZED (
             ELSE 'pinned'
         END AS status
     FROM timed AS t
-    LEFT JOIN hidden_by AS hb USING (bootstrap_room)
+    LEFT JOIN hidden_by AS hb USING (bootstrap_room, holder)
 ),
 decode_gone AS MATERIALIZED (
     -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
-    SELECT b.bootstrap_room, min(x.gone_t) AS d_gone_t
+    SELECT b.bootstrap_room, b.holder, min(x.gone_t) AS d_gone_t
     FROM rs AS b JOIN restarts AS x
       ON x.engine = 'decode' AND x.host = coalesce(b.d_host, x.host) AND x.gone_t >= b.decode_from
     WHERE NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
       AND (b.d_first IS NOT NULL OR (SELECT decode_logged FROM c))
-    GROUP BY b.bootstrap_room
+    GROUP BY b.bootstrap_room, b.holder
 ),
 -- Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined
 -- (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row.
@@ -246,8 +247,8 @@ held AS NOT MATERIALIZED (
         least(b.p_first, b.d_first) AS life_start
     FROM rs AS b
     CROSS JOIN (SELECT end_t, decode_logged FROM c) AS c
-    LEFT JOIN po AS o USING (bootstrap_room)
-    LEFT JOIN decode_gone AS dg USING (bootstrap_room)
+    LEFT JOIN po AS o USING (bootstrap_room, holder)
+    LEFT JOIN decode_gone AS dg USING (bootstrap_room, holder)
 ),
 lived AS NOT MATERIALIZED (
     SELECT *,
@@ -259,7 +260,7 @@ lived AS NOT MATERIALIZED (
 across AS (
     -- a restart of an engine that was not holding it, within its life; the holder's own restart
     -- makes it lost instead
-    SELECT l.bootstrap_room
+    SELECT l.bootstrap_room, l.holder
     FROM lived AS l
     JOIN restarts AS x
       ON x.engine <> coalesce(l.holder_at_end, '')
@@ -268,11 +269,18 @@ across AS (
      AND x.stop_t <= l.life_end AND coalesce(x.up_t, (SELECT end_t FROM c)) >= l.life_start
     WHERE NOT (x.engine = 'prefill' AND l.p_gone_t IS NOT NULL AND l.status = 'gone')
       AND NOT (x.engine = 'decode' AND l.d_gone_t IS NOT NULL)
-    GROUP BY l.bootstrap_room
+    GROUP BY l.bootstrap_room, l.holder
+),
+-- rooms a decode line names with the address of a prefill whose lines are absent (context's
+-- unobserved_prefills): the decode's Finish: says nothing of that prefill's hold
+uncollected AS MATERIALIZED (
+    SELECT DISTINCT e.bootstrap_room FROM events AS e
+    WHERE e.engine = 'decode' AND e.bootstrap_host IN (SELECT address FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c))
 ),
 classed AS (
     SELECT r.*,
         a.bootstrap_room IS NOT NULL AS across_restart,
+        un.bootstrap_room IS NOT NULL AS prefill_uncollected,
         CASE
             WHEN r.wd_at IS NOT NULL OR r.wd_reason_at IS NOT NULL THEN 'watchdog_fired'
             WHEN r.status = 'pinned' THEN 'silent_pin'
@@ -289,6 +297,10 @@ classed AS (
             -- no prefill line in the window: the decode's Finish: proves the KV arrived, not that
             -- the prefill released its slot (design.md, "Held")
             WHEN r.d_completed AND (SELECT array_length(prefill_hosts) FROM c) = 0 THEN 'undecided'
+            -- its room is another prefill's too, and no line says which decode side is its own
+            WHEN r.d_unpaired THEN 'undecided'
+            -- its prefill is named and was not collected: its Finish: says nothing of that hold
+            WHEN r.d_completed AND un.bootstrap_room IS NOT NULL THEN 'undecided'
             WHEN r.d_completed THEN 'completed'
             -- no decode line in the window: the prefill's Finish: ended its hold, but whether the
             -- decode received and finished it (or holds it still) is not observed
@@ -303,11 +315,17 @@ classed AS (
             OR (coalesce(r.d_xfer_abort, false) AND r.p_end IS NULL)
             AS abort_race
     FROM lived AS r
-    LEFT JOIN across AS a USING (bootstrap_room)
+    LEFT JOIN across AS a USING (bootstrap_room, holder)
+    LEFT JOIN uncollected AS un ON un.bootstrap_room = r.bootstrap_room AND r.p_first IS NULL
 )
 SELECT
     bootstrap_room,
     bootstrap_room::VARCHAR AS room,
+    -- identity is (deployment, room): set when prefills of two deployments logged this room as
+    -- their own (the prefill host whose request this row is); NULL when the room is one request
+    nullif(holder, '') AS deployment,
+    -- its room is another deployment's too, and no decode line says which decode side is its own
+    d_unpaired AS decode_unpaired,
     prefill_rid, decode_rid, class,
     abort_race,
     CASE
@@ -349,6 +367,10 @@ SELECT
         WHEN status = 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
         WHEN status = 'no_prefill' THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
         WHEN status = 'unnamed' THEN 'the decode finished it, but no prefill line names it although the prefill logged its requests then: its prefill lines are missing, and no later sample shows the prefill''s queues empty'
+        WHEN class = 'undecided' AND d_unpaired
+            THEN 'another prefill logged this room as its own request too, and no decode line says which of them it served (its Receive: names an address both answer to, or none): which decode side is this one''s, and whether it finished, is not known'
+        WHEN class = 'undecided' AND prefill_uncollected
+            THEN 'the decode finished it, but the prefill its Receive: names has no line in the data: whether that prefill released it is not seen'
         WHEN class = 'undecided' AND d_completed THEN 'the decode finished it, but no prefill line in the window shows whether the prefill released it'
         WHEN class = 'undecided' THEN 'the prefill handed it off, but no decode line in the window shows whether the decode received and finished it'
     END AS undecided_reason,

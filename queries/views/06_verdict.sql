@@ -16,11 +16,13 @@ c AS MATERIALIZED (SELECT * FROM context),
 -- the columns of `requests` the verdict, its list of requests not completed and the watchdog's
 -- firings read: the verdict is computed from one pass over `requests`
 rq AS MATERIALIZED (
-    SELECT bootstrap_room, room, class, prefill_status, holder_at_end, p_host, might_be_stuck, first_t, last_t,
+    -- a request is (deployment, room): key tells two deployments' requests with one room apart
+    SELECT bootstrap_room, concat_ws('@', bootstrap_room::VARCHAR, deployment) AS key, deployment,
+        room, class, prefill_status, holder_at_end, p_host, might_be_stuck, first_t, last_t,
         hole_ids, dwell_s, dwell_basis, abort_race, across_restart, aborted_t, abort_race_outcome, undecided_reason,
         watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t,
         prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks, d_host, legs,
-        decode_end_t, decode_received_t
+        decode_end_t, decode_received_t, decode_unpaired
     FROM requests
 ),
 -- holes of the context before the window count only where they bear on a request judged in it
@@ -209,22 +211,22 @@ anon_rows AS (SELECT * EXCLUDE (named_open) FROM anon),
 -- (or an L0 floor not yet judged) and no prefill evidence covers a full timeout+grace after it;
 -- or when a request's end may be hidden in it. A window shorter than the timeout always decides.
 suspects AS (
-    SELECT bootstrap_room, room, p_host, first_t, last_t FROM rq
+    SELECT key, room, p_host, first_t, last_t FROM rq
     WHERE might_be_stuck AND prefill_status IN ('young', 'hidden', 'waiting_queue', 'no_prefill')
 ),
 hole_rooms AS (
     -- requests a hole overlaps while they might be stuck, and those whose end it may hide
-    SELECT h.hole_id, su.bootstrap_room, su.room, su.first_t
+    SELECT h.hole_id, su.key, su.room, su.first_t
     FROM holes AS h JOIN suspects AS su
       ON h.from_t <= su.last_t AND h.to_t >= su.first_t
      AND (h.engine IS DISTINCT FROM 'prefill' OR h.host = '' OR su.p_host IS NULL OR h.host = su.p_host)
     UNION
-    SELECT hole_id, bootstrap_room, room, first_t
-    FROM (SELECT unnest(hole_ids) AS hole_id, bootstrap_room, room, first_t FROM rq WHERE prefill_status = 'hidden')
+    SELECT hole_id, key, room, first_t
+    FROM (SELECT unnest(hole_ids) AS hole_id, key, room, first_t FROM rq WHERE prefill_status = 'hidden')
 ),
 hit AS (
-    SELECT hole_id, count(DISTINCT bootstrap_room) AS n, list(room ORDER BY first_t, room)[1:5] AS rooms,
-        count(DISTINCT bootstrap_room) FILTER (WHERE bootstrap_room IN (SELECT bootstrap_room FROM rq WHERE prefill_status = 'hidden')) AS n_hidden
+    SELECT hole_id, count(DISTINCT key) AS n, list(room ORDER BY first_t, room)[1:5] AS rooms,
+        count(DISTINCT key) FILTER (WHERE key IN (SELECT key FROM rq WHERE prefill_status = 'hidden')) AS n_hidden
     FROM hole_rooms GROUP BY hole_id
 ),
 floors AS (
@@ -357,7 +359,7 @@ fired_rq AS MATERIALIZED (
     FROM rq AS r WHERE r.watchdog_fired_t IS NOT NULL
 ),
 fire_load AS MATERIALIZED (
-    SELECT f.bootstrap_room,
+    SELECT f.key,
         CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.t_us END AS load_t,
         CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.running_req END AS decode_running_req,
         CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.prealloc_req END AS decode_prealloc_req,
@@ -384,7 +386,7 @@ firings AS (
     FROM fired_rq AS r
     CROSS JOIN c
     LEFT JOIN tp ON tp.host = r.p_host
-    LEFT JOIN fire_load AS fl USING (bootstrap_room)
+    LEFT JOIN fire_load AS fl USING (key)
 ),
 -- Did the deployment recover? Per prefill -> decode path that fired:
 --   wedged        nothing completed on the path after its first firing, and the firings went on
@@ -732,6 +734,13 @@ reasons AS MATERIALIZED (
     FROM rq WHERE prefill_status IN ('waiting_queue', 'no_prefill', 'unnamed') AND class = 'undecided'
     GROUP BY prefill_status
     UNION ALL
+    SELECT 32, 'undecided',
+        format('{} request(s) undecided: {} ({}); ingest each deployment into a database of its own, or give its routers distinct rooms',
+            count(*), any_value(undecided_reason),
+            array_to_string(list(format('{} on {}', room, deployment) ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END)
+    FROM rq WHERE decode_unpaired AND class = 'undecided'
+    HAVING count(*) > 0
+    UNION ALL
     SELECT 33, 'undecided',
         format('{}: the #inflight-req floor was {} at the last batch line ({}) and the timeout has since passed, but no later batch line shows whether it drained; re-run once the prefill has logged another batch line (a /health probe runs one)',
             CASE WHEN host = '' THEN 'prefill' ELSE 'prefill ' || host END, open_floor + pinned_floor, pdf_ts(last_sample_t))
@@ -779,10 +788,10 @@ reasons AS MATERIALIZED (
 -- more than one poll loop (grace).
 -- Every request that did not complete, in class order (design.md §3), then by first line.
 not_completed AS (
-    SELECT r.bootstrap_room, r.prefill_rid, r.decode_rid, r.class, r.abort_race, r.across_restart, r.one_sided, r.dwell_s,
+    SELECT r.bootstrap_room, r.deployment, r.prefill_rid, r.decode_rid, r.class, r.abort_race, r.across_restart, r.one_sided, r.dwell_s,
         r.dwell_basis, r.evidence_level, r.abort_race_outcome, r.prefill_status, r.undecided_reason, r.lost_reason, r.reason,
         r.first_t, fl.backpressure, r.legs, r.p_host, r.d_host, r.holder_at_end
-    FROM rq AS r LEFT JOIN fire_load AS fl USING (bootstrap_room)
+    FROM rq AS r LEFT JOIN fire_load AS fl USING (key)
     WHERE r.class <> 'completed'
 ),
 flags AS (
@@ -850,7 +859,7 @@ SELECT
     (SELECT list(a ORDER BY a.host) FROM anon_rows AS a) AS anonymous_pin_rows,
     (SELECT list(st ORDER BY st.from_t) FROM storm_rows AS st) AS abort_storms,
     (SELECT list(w ORDER BY w.fired_t, w.bootstrap_room) FROM firings AS w) AS watchdog_firing_rows,
-    (SELECT list(n ORDER BY pdf_class_rank(n.class), n.first_t, n.bootstrap_room) FROM not_completed AS n)
+    (SELECT list(n ORDER BY pdf_class_rank(n.class), n.first_t, n.bootstrap_room, n.deployment) FROM not_completed AS n)
         AS not_completed,
     c.window_basis, c.observed, c.unobserved_prefills,
     (SELECT recovery FROM recovery) AS recovery,

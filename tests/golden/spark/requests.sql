@@ -61,6 +61,8 @@ CREATE OR REPLACE TEMPORARY VIEW requests__held_by_prefill AS
 WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
   SELECT
     bootstrap_room,
+    holder,
+    d_unpaired,
     p_host,
     prefill_rid,
     p_first,
@@ -145,6 +147,7 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
 )
 SELECT
   r.bootstrap_room,
+  r.holder,
   r.p_recv_open AS p_recv,
   r.open_start,
   r.kv_arrived_by,
@@ -161,13 +164,14 @@ SELECT
           SIZE(unobserved_prefills)
         FROM requests__c AS c
       ) = 0
+      AND r.holder = ''
       THEN (
         SELECT
           MIN(host)
         FROM requests__prefill_hosts AS prefill_hosts
       )
     END
-  ) AS host, /* at L0 the room may not name its prefill: with one prefill host it can only be that one, */ /* unless a line names another prefill whose own lines are absent (design.md, "Exists": */ /* nothing is attributed to an instance, or away from one, by elimination) */
+  ) AS host, /* at L0 the room may not name its prefill: with one prefill host it can only be that one, */ /* unless a line names another prefill whose own lines are absent (design.md, "Exists": */ /* nothing is attributed to an instance, or away from one, by elimination) */ /* nor when its room is another deployment's too (its prefill may be one not collected) */
   (
     SELECT
       COUNT(*)
@@ -206,6 +210,7 @@ WITH sampled AS (
 ), emptied AS (
   SELECT
     h.bootstrap_room,
+    h.holder,
     MAX(g.last_empty_t) AS last_empty_t
   FROM requests__held_by_prefill AS h
   JOIN requests__gauge AS g
@@ -219,10 +224,12 @@ WITH sampled AS (
       i.start_t IS NULL OR i.start_t <= h.open_start OR i.incarnation = 1
     )
   GROUP BY
-    h.bootstrap_room
+    h.bootstrap_room,
+    h.holder
 ), drain AS (
   SELECT
     h.bootstrap_room,
+    h.holder,
     d.t_us AS first_drain_t
   FROM requests__held_by_prefill AS h
   LEFT JOIN (
@@ -246,12 +253,14 @@ WITH sampled AS (
 ), prefill_gone AS (
   SELECT
     h.bootstrap_room,
+    h.holder,
     MIN(x.gone_t) AS gone_t
   FROM requests__held_by_prefill AS h
   JOIN requests__restarts AS x
     ON x.engine = 'prefill' AND x.host = h.host AND x.gone_t >= h.open_start
   GROUP BY
-    h.bootstrap_room
+    h.bootstrap_room,
+    h.holder
 )
 SELECT
   h.*,
@@ -273,13 +282,13 @@ SELECT
 FROM requests__held_by_prefill AS h
 CROSS JOIN requests__c AS c
 LEFT JOIN drain AS d
-  USING (bootstrap_room)
+  USING (bootstrap_room, holder)
 LEFT JOIN prefill_gone AS g
-  USING (bootstrap_room)
+  USING (bootstrap_room, holder)
 LEFT JOIN sampled AS sm
   ON sm.host = h.host
 LEFT JOIN emptied AS e
-  USING (bootstrap_room);
+  USING (bootstrap_room, holder);
 
 CREATE OR REPLACE TEMPORARY VIEW requests__po AS
 WITH hidden_by AS (
@@ -291,6 +300,7 @@ WITH hidden_by AS (
   /*                  unless a gauge sample a full timeout + grace later still shows the queue */
   SELECT
     t.bootstrap_room,
+    t.holder,
     MAX(x.to_t) AS hole_to_t,
     ARRAY_SORT(
       CASE
@@ -315,10 +325,12 @@ WITH hidden_by AS (
   WHERE
     NOT t.pin_start IS NULL
   GROUP BY
-    t.bootstrap_room
+    t.bootstrap_room,
+    t.holder
 )
 SELECT
   t.bootstrap_room,
+  t.holder,
   t.host AS p_host_eff,
   t.pin_start,
   t.pin_start + t.stuck_us AS deadline,
@@ -353,12 +365,14 @@ SELECT
   END AS status
 FROM requests__timed AS t
 LEFT JOIN hidden_by AS hb
-  USING (bootstrap_room);
+  USING (bootstrap_room, holder);
 
 CREATE OR REPLACE TEMPORARY VIEW requests__decode_gone AS
 WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
   SELECT
     bootstrap_room,
+    holder,
+    d_unpaired,
     p_host,
     prefill_rid,
     p_first,
@@ -444,6 +458,7 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
 /* decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended */
 SELECT
   b.bootstrap_room,
+  b.holder,
   MIN(x.gone_t) AS d_gone_t
 FROM rs AS b
 JOIN requests__restarts AS x
@@ -463,12 +478,31 @@ WHERE
     )
   )
 GROUP BY
-  b.bootstrap_room;
+  b.bootstrap_room,
+  b.holder;
+
+CREATE OR REPLACE TEMPORARY VIEW requests__uncollected AS
+SELECT DISTINCT
+  e.bootstrap_room
+FROM events AS e
+WHERE
+  e.engine = 'decode'
+  AND e.bootstrap_host IN (
+    SELECT
+      address
+    FROM (
+      SELECT
+        INLINE(unobserved_prefills)
+      FROM requests__c AS c
+    )
+  );
 
 CREATE OR REPLACE TEMPORARY VIEW requests AS
 WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
   SELECT
     bootstrap_room,
+    holder,
+    d_unpaired,
     p_host,
     prefill_rid,
     p_first,
@@ -583,9 +617,9 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
     FROM requests__c AS c
   ) AS c
   LEFT JOIN requests__po AS o
-    USING (bootstrap_room)
+    USING (bootstrap_room, holder)
   LEFT JOIN requests__decode_gone AS dg
-    USING (bootstrap_room)
+    USING (bootstrap_room, holder)
 ), lived AS (
   SELECT
     *,
@@ -600,7 +634,8 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
   /* a restart of an engine that was not holding it, within its life; the holder's own restart */
   /* makes it lost instead */
   SELECT
-    l.bootstrap_room
+    l.bootstrap_room,
+    l.holder
   FROM lived AS l
   JOIN requests__restarts AS x
     ON x.engine <> COALESCE(l.holder_at_end, '')
@@ -626,11 +661,13 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
       x.engine = 'decode' AND NOT l.d_gone_t IS NULL
     )
   GROUP BY
-    l.bootstrap_room
+    l.bootstrap_room,
+    l.holder
 ), classed AS (
   SELECT
     r.*,
     NOT a.bootstrap_room IS NULL AS across_restart,
+    NOT un.bootstrap_room IS NULL AS prefill_uncollected,
     CASE
       WHEN NOT r.wd_at IS NULL OR NOT r.wd_reason_at IS NULL
       THEN 'watchdog_fired'
@@ -658,6 +695,10 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
         FROM requests__c AS c
       ) = 0
       THEN 'undecided'
+      WHEN r.d_unpaired
+      THEN 'undecided'
+      WHEN r.d_completed AND NOT un.bootstrap_room IS NULL
+      THEN 'undecided'
       WHEN r.d_completed
       THEN 'completed'
       WHEN NOT (
@@ -679,11 +720,15 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
     ) AS abort_race
   FROM lived AS r
   LEFT JOIN across AS a
-    USING (bootstrap_room)
+    USING (bootstrap_room, holder)
+  LEFT JOIN requests__uncollected AS un
+    ON un.bootstrap_room = r.bootstrap_room AND r.p_first IS NULL
 )
 SELECT
   bootstrap_room,
   CAST(bootstrap_room AS STRING) AS room,
+  NULLIF(holder, '') AS deployment, /* identity is (deployment, room): set when prefills of two deployments logged this room as */ /* their own (the prefill host whose request this row is); NULL when the room is one request */
+  d_unpaired AS decode_unpaired, /* its room is another deployment's too, and no decode line says which decode side is its own */
   prefill_rid,
   decode_rid,
   class,
@@ -744,6 +789,10 @@ SELECT
     THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
     WHEN status = 'unnamed'
     THEN 'the decode finished it, but no prefill line names it although the prefill logged its requests then: its prefill lines are missing, and no later sample shows the prefill\'s queues empty'
+    WHEN class = 'undecided' AND d_unpaired
+    THEN 'another prefill logged this room as its own request too, and no decode line says which of them it served (its Receive: names an address both answer to, or none): which decode side is this one\'s, and whether it finished, is not known'
+    WHEN class = 'undecided' AND prefill_uncollected
+    THEN 'the decode finished it, but the prefill its Receive: names has no line in the data: whether that prefill released it is not seen'
     WHEN class = 'undecided' AND d_completed
     THEN 'the decode finished it, but no prefill line in the window shows whether the prefill released it'
     WHEN class = 'undecided'

@@ -62,6 +62,224 @@ FROM events AS e, room_facts__upto AS upto
 WHERE
   e.line_id > upto.line_id AND NOT e.bootstrap_room IS NULL;
 
+CREATE OR REPLACE TEMPORARY VIEW room_facts__shared_rooms AS
+WITH common_lines AS (
+  /* k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats, */
+  /*    11/12/14 the same on decode */
+  SELECT
+    bootstrap_room,
+    host,
+    engine,
+    rid,
+    t_us,
+    bootstrap_host,
+    CASE event
+      WHEN 'request_received'
+      THEN 1
+      WHEN 'req_time_stats'
+      THEN 4
+      WHEN 'request_finished'
+      THEN CASE WHEN reason_kind IS NULL THEN 2 ELSE 3 END
+      ELSE 0
+    END + CASE WHEN engine = 'decode' THEN 10 ELSE 0 END AS k,
+    CASE WHEN event = 'req_time_stats' THEN entry_time_us - offset_us END AS entry_t,
+    bootstrap_ms,
+    queue_ms,
+    forward_ms
+  FROM room_events
+  WHERE
+    bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__redo AS redo
+    )
+)
+SELECT
+  bootstrap_room
+FROM common_lines
+GROUP BY
+  bootstrap_room
+HAVING
+  COUNT(DISTINCT host) FILTER(WHERE
+    engine = 'prefill') > 1
+  OR COUNT(DISTINCT host) FILTER(WHERE
+    engine = 'decode') > 1;
+
+CREATE OR REPLACE TEMPORARY VIEW room_facts__room_sides AS
+WITH common_lines AS (
+  /* k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats, */
+  /*    11/12/14 the same on decode */
+  SELECT
+    bootstrap_room,
+    host,
+    engine,
+    rid,
+    t_us,
+    bootstrap_host,
+    CASE event
+      WHEN 'request_received'
+      THEN 1
+      WHEN 'req_time_stats'
+      THEN 4
+      WHEN 'request_finished'
+      THEN CASE WHEN reason_kind IS NULL THEN 2 ELSE 3 END
+      ELSE 0
+    END + CASE WHEN engine = 'decode' THEN 10 ELSE 0 END AS k,
+    CASE WHEN event = 'req_time_stats' THEN entry_time_us - offset_us END AS entry_t,
+    bootstrap_ms,
+    queue_ms,
+    forward_ms
+  FROM room_events
+  WHERE
+    bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__redo AS redo
+    )
+)
+SELECT
+  bootstrap_room,
+  engine,
+  host,
+  engine || ' ' || host AS holder,
+  BOOL_OR(k IN (12, 14)) AS finished,
+  MIN(t_us) FILTER(WHERE
+    k IN (1, 11)) AS recv_t,
+  COALESCE(
+    CASE
+      WHEN SIZE(
+        COLLECT_SET(STRUCT(bootstrap_host AS v)) FILTER(WHERE
+          NOT bootstrap_host IS NULL)
+      ) = 0
+      THEN NULL
+      ELSE TRANSFORM(
+        COLLECT_SET(STRUCT(bootstrap_host AS v)) FILTER(WHERE
+          NOT bootstrap_host IS NULL),
+        s -> s.v
+      )
+    END,
+    ARRAY()
+  ) AS addresses
+FROM common_lines
+WHERE
+  engine IN ('prefill', 'decode')
+  AND bootstrap_room IN (
+    SELECT
+      bootstrap_room
+    FROM room_facts__shared_rooms AS shared_rooms
+  )
+GROUP BY ALL;
+
+CREATE OR REPLACE TEMPORARY VIEW room_facts__fits AS
+SELECT
+  d.bootstrap_room,
+  d.host,
+  p.holder
+FROM room_facts__room_sides AS d
+JOIN room_facts__room_sides AS p
+  ON p.bootstrap_room = d.bootstrap_room
+  AND p.engine = 'prefill'
+  AND d.engine = 'decode'
+  AND (
+    LENGTH(p.addresses) = 0
+    OR LENGTH(d.addresses) = 0
+    OR LENGTH(LIST_INTERSECT(p.addresses, d.addresses)) > 0
+  )
+  AND (
+    p.recv_t IS NULL OR d.recv_t IS NULL OR ABS(p.recv_t - d.recv_t) <= 30000000
+  );
+
+CREATE OR REPLACE TEMPORARY VIEW room_facts__placed_sides AS
+/* placed: the one holder it fits, when no other side fits that holder alone */
+SELECT
+  d.bootstrap_room,
+  d.host,
+  d.finished,
+  CASE
+    WHEN n.n_fits = 1
+    AND COUNT(*) FILTER(WHERE
+      n.n_fits = 1) OVER (PARTITION BY d.bootstrap_room, n.holder) = 1
+    THEN n.holder
+  END AS placed
+FROM room_facts__room_sides AS d
+LEFT JOIN (
+  SELECT
+    bootstrap_room,
+    host,
+    COUNT(*) AS n_fits,
+    MIN(holder) AS holder
+  FROM room_facts__fits AS fits
+  GROUP BY ALL
+) AS n
+  USING (bootstrap_room, host)
+WHERE
+  d.engine = 'decode';
+
+CREATE OR REPLACE TEMPORARY VIEW room_facts__lone_holders AS
+/* holders no decode side is placed with; `pairs`: the unplaced sides pair with them whichever way */
+SELECT
+  *,
+  unplaced > 0
+  AND unplaced = unplaced_finished
+  AND unplaced >= lone
+  AND fitting = lone * unplaced AS pairs
+FROM (
+  SELECT
+    s.bootstrap_room,
+    s.holder,
+    COALESCE(p.unplaced, 0) AS unplaced,
+    COALESCE(p.unplaced_finished, 0) AS unplaced_finished,
+    COUNT(*) OVER (PARTITION BY s.bootstrap_room) AS lone,
+    SUM(COALESCE(fu.n, 0)) OVER (PARTITION BY s.bootstrap_room) AS fitting
+  FROM room_facts__room_sides AS s
+  LEFT JOIN (
+    SELECT
+      f.bootstrap_room,
+      f.holder,
+      COUNT(*) AS n
+    FROM room_facts__fits AS f
+    JOIN room_facts__placed_sides AS u
+      USING (bootstrap_room, host)
+    WHERE
+      u.placed IS NULL
+    GROUP BY ALL
+  ) AS fu
+    ON fu.bootstrap_room = s.bootstrap_room AND fu.holder = s.holder
+  LEFT JOIN (
+    SELECT
+      bootstrap_room,
+      COUNT(*) FILTER(WHERE
+        placed IS NULL) AS unplaced,
+      COUNT(*) FILTER(WHERE
+        placed IS NULL AND finished) AS unplaced_finished
+    FROM room_facts__placed_sides AS placed_sides
+    GROUP BY
+      bootstrap_room
+  ) AS p
+    ON p.bootstrap_room = s.bootstrap_room
+  LEFT JOIN (
+    SELECT DISTINCT
+      bootstrap_room,
+      placed
+    FROM room_facts__placed_sides AS placed_sides
+    WHERE
+      NOT placed IS NULL
+  ) AS pl
+    ON pl.bootstrap_room = s.bootstrap_room AND pl.placed = s.holder
+  WHERE
+    s.engine = 'prefill' AND pl.placed IS NULL
+);
+
+CREATE OR REPLACE TEMPORARY VIEW room_facts__decode_holders AS
+/* the holder(s) each decode side of a shared room is judged with */
+SELECT
+  d.bootstrap_room,
+  d.host,
+  COALESCE(d.placed, l.holder, 'decode ' || d.host) AS holder
+FROM room_facts__placed_sides AS d
+LEFT JOIN room_facts__lone_holders AS l
+  ON d.placed IS NULL AND l.bootstrap_room = d.bootstrap_room AND l.pairs;
+
 CREATE OR REPLACE TEMPORARY VIEW room_facts AS
 WITH sides AS (
   /* fit: 'in' (the window holds every line of the side), 'out' (none, or no such side), 'cut' */
@@ -99,6 +317,7 @@ WITH sides AS (
 ), folded AS (
   SELECT
     s.bootstrap_room,
+    '' AS holder,
     CASE WHEN p_fit = 'in' AND NOT p_common_last_ts IS NULL THEN p_host_lo END AS p_host_c,
     CASE WHEN p_fit = 'in' THEN p_rid END AS prefill_rid_c,
     CASE WHEN p_fit = 'in' THEN p_recv_ts - p_off END AS p_recv,
@@ -127,14 +346,16 @@ WITH sides AS (
         bootstrap_room
       FROM room_facts__redo AS redo
     )
-), common AS (
+), common_lines AS (
   /* k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats, */
   /*    11/12/14 the same on decode */
   SELECT
     bootstrap_room,
     host,
+    engine,
     rid,
     t_us,
+    bootstrap_host,
     CASE event
       WHEN 'request_received'
       THEN 1
@@ -155,11 +376,50 @@ WITH sides AS (
         bootstrap_room
       FROM room_facts__redo AS redo
     )
+), pooled AS (
+  SELECT
+    bootstrap_room,
+    holder,
+    pairs,
+    unplaced
+  FROM room_facts__lone_holders AS lone_holders
+  WHERE
+    unplaced > 0
+), common /* each room line with the holder whose request it is ('' for a room that is one request; a line */ /* of a shared room that no engine side holds, a router's: '?') */ AS (
+  SELECT
+    c.*,
+    '' AS holder
+  FROM common_lines AS c
+  WHERE
+    NOT c.bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__shared_rooms AS shared_rooms
+    )
+  UNION ALL
+  SELECT
+    c.*,
+    COALESCE(s.holder, h.holder, '?') AS holder
+  FROM common_lines AS c
+  LEFT JOIN room_facts__room_sides AS s
+    ON c.engine = 'prefill'
+    AND s.engine = 'prefill'
+    AND s.bootstrap_room = c.bootstrap_room
+    AND s.host = c.host
+  LEFT JOIN room_facts__decode_holders AS h
+    ON c.engine = 'decode' AND h.bootstrap_room = c.bootstrap_room AND h.host = c.host
+  WHERE
+    c.bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__shared_rooms AS shared_rooms
+    )
 ), aggregated AS (
   /* each aggregate touches only the lines its FILTER selects: with ~4 lines per request, the */
   /* fewer touched, the faster (first/last and the level are derived below instead) */
   SELECT
     bootstrap_room,
+    holder,
     ANY_VALUE(host, TRUE) FILTER(WHERE
       k IN (1, 2, 4)) AS p_host_c,
     ANY_VALUE(rid, TRUE) FILTER(WHERE
@@ -206,31 +466,12 @@ WITH sides AS (
       k IN (2, 4)) AS p_last_done
   FROM common
   GROUP BY
-    bootstrap_room
-), split_open /* A room two prefill hosts received (two deployments numbering rooms alike, a room reused): each */ /* host's hold is its own (design.md, "Same request"), so one host's Finish: never ends another's. */ /* The host that received it and logged no end of its own keeps it open. */ AS (
-  SELECT
     bootstrap_room,
-    MIN_BY(host, CASE WHEN NOT host IS NULL THEN recv_t END) AS p_open_host,
-    MIN(recv_t) AS p_open_recv
-  FROM (
-    SELECT
-      bootstrap_room,
-      host,
-      MIN(t_us) FILTER(WHERE
-        k = 1) AS recv_t,
-      BOOL_OR(k IN (2, 4)) AS done
-    FROM common
-    WHERE
-      k IN (1, 2, 4)
-    GROUP BY ALL
-  )
-  GROUP BY
-    bootstrap_room
-  HAVING
-    COUNT(*) > 1 AND BOOL_OR(NOT recv_t IS NULL AND NOT done)
+    holder
 ), facts AS (
   SELECT
     __l.bootstrap_room,
+    __l.holder,
     __l.p_host_c,
     __l.prefill_rid_c,
     __l.p_recv,
@@ -257,6 +498,7 @@ WITH sides AS (
   UNION ALL
   SELECT
     __r.bootstrap_room,
+    __r.holder,
     __r.p_host_c,
     __r.prefill_rid_c,
     __r.p_recv,
@@ -731,9 +973,40 @@ WITH sides AS (
       'retract_abort'
     )
     AND NOT reason_kind IS NULL
+), rare_held AS (
+  /* each with its holder, as the common lines */
+  SELECT
+    x.*,
+    '' AS holder
+  FROM rare_lines AS x
+  WHERE
+    NOT x.bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__shared_rooms AS shared_rooms
+    )
+  UNION ALL
+  SELECT
+    x.*,
+    COALESCE(s.holder, h.holder, '?') AS holder
+  FROM rare_lines AS x
+  LEFT JOIN room_facts__room_sides AS s
+    ON x.engine = 'prefill'
+    AND s.engine = 'prefill'
+    AND s.bootstrap_room = x.bootstrap_room
+    AND s.host = x.host
+  LEFT JOIN room_facts__decode_holders AS h
+    ON x.engine = 'decode' AND h.bootstrap_room = x.bootstrap_room AND h.host = x.host
+  WHERE
+    x.bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__shared_rooms AS shared_rooms
+    )
 ), rare AS (
   SELECT
     bootstrap_room,
+    holder,
     MIN(t_us) FILTER(WHERE
       k = 5) AS p_boot_failed,
     MIN(t_us) FILTER(WHERE
@@ -858,13 +1131,16 @@ WITH sides AS (
       NOT is_p) AS d_first_r,
     MAX(t_us) FILTER(WHERE
       NOT is_p) AS d_last_r
-  FROM rare_lines
+  FROM rare_held
   GROUP BY
-    bootstrap_room
+    bootstrap_room,
+    holder
 )
 SELECT
   COALESCE(f.bootstrap_room, r.bootstrap_room) AS bootstrap_room,
-  COALESCE(so.p_open_host, f.p_host_c, r.p_host_r) AS p_host,
+  COALESCE(f.holder, r.holder) AS holder,
+  COALESCE(NOT u.pairs, FALSE) AS d_unpaired, /* a holder of a shared room whose decode side no line places (see shared_rooms) */
+  COALESCE(f.p_host_c, r.p_host_r) AS p_host,
   COALESCE(f.prefill_rid_c, r.prefill_rid_r) AS prefill_rid,
   LEAST(f.p_recv, f.p_done, f.p_stats_at, r.p_first_r) AS p_first,
   GREATEST(f.p_last_c, r.p_last_r) AS p_last,
@@ -873,8 +1149,14 @@ SELECT
   f.p_stats_at,
   f.p_inflight_entry,
   f.p_bootstrap_done,
-  COALESCE(f.d_host_c, r.d_host_r) AS d_host,
-  COALESCE(f.decode_rid_c, r.decode_rid_r) AS decode_rid,
+  CASE
+    WHEN NOT COALESCE(u.pairs AND u.unplaced > 1, FALSE)
+    THEN COALESCE(f.d_host_c, r.d_host_r)
+  END AS d_host,
+  CASE
+    WHEN NOT COALESCE(u.pairs, FALSE)
+    THEN COALESCE(f.decode_rid_c, r.decode_rid_r)
+  END AS decode_rid, /* paired whichever way: no one decode side (or host, when they differ) is its own */
   LEAST(f.d_recv, f.d_done, f.d_stats_at, r.d_first_r) AS d_first,
   GREATEST(f.d_last_c, r.d_last_r) AS d_last,
   f.d_recv,
@@ -899,9 +1181,8 @@ SELECT
       ELSE 0
     END
   ) AS legs,
-  COALESCE(so.p_open_recv, f.p_last_recv) AS p_last_recv,
-  COALESCE(f.p_last_recv > GREATEST(f.p_last_done, r.p_last_end_r), FALSE) /* a later prefill leg is open: its Receive: came after every prefill end line; or a second */ /* prefill host received it and never ended its side */
-  OR NOT so.p_open_host IS NULL AS p_reopened,
+  f.p_last_recv,
+  COALESCE(f.p_last_recv > GREATEST(f.p_last_done, r.p_last_end_r), FALSE) AS p_reopened, /* a later prefill leg is open: its Receive: came after every prefill end line */
   r.p_boot_failed,
   r.p_xfer_failed,
   r.p_finish_abort,
@@ -949,7 +1230,11 @@ SELECT
 /* a room named only by an abort line without its room (context.abort_rooms) has rare lines alone */
 FROM facts AS f
 FULL JOIN rare AS r
-  ON r.bootstrap_room = f.bootstrap_room
-LEFT JOIN split_open AS so
-  ON so.bootstrap_room = COALESCE(f.bootstrap_room, r.bootstrap_room);
+  ON r.bootstrap_room = f.bootstrap_room AND r.holder = f.holder
+LEFT JOIN pooled AS u
+  ON u.bootstrap_room = COALESCE(f.bootstrap_room, r.bootstrap_room)
+  AND u.holder = COALESCE(f.holder, r.holder)
+/* lines of a shared room placed with no holder are not a request of their own */
+WHERE
+  COALESCE(f.holder, r.holder) <> '?';
 

@@ -5,8 +5,11 @@ SELECT
 FROM context;
 
 CREATE OR REPLACE TEMPORARY VIEW verdict__rq AS
+/* a request is (deployment, room): key tells two deployments' requests with one room apart */
 SELECT
   bootstrap_room,
+  CONCAT_WS('@', CAST(bootstrap_room AS STRING), deployment) AS key,
+  deployment,
   room,
   class,
   prefill_status,
@@ -41,7 +44,8 @@ SELECT
   d_host,
   legs,
   decode_end_t,
-  decode_received_t
+  decode_received_t,
+  decode_unpaired
 FROM requests;
 
 CREATE OR REPLACE TEMPORARY VIEW verdict__holes AS
@@ -457,7 +461,7 @@ FROM verdict__anon_x AS anon_x;
 CREATE OR REPLACE TEMPORARY VIEW verdict__coverage AS
 WITH suspects /* ------------------------------------------------------------------------------ coverage */ /* A hole decides (makes the verdict inconclusive) when it overlaps a request that might be stuck */ /* (or an L0 floor not yet judged) and no prefill evidence covers a full timeout+grace after it; */ /* or when a request's end may be hidden in it. A window shorter than the timeout always decides. */ AS (
   SELECT
-    bootstrap_room,
+    key,
     room,
     p_host,
     first_t,
@@ -470,7 +474,7 @@ WITH suspects /* ---------------------------------------------------------------
   /* requests a hole overlaps while they might be stuck, and those whose end it may hide */
   SELECT
     h.hole_id,
-    su.bootstrap_room,
+    su.key,
     su.room,
     su.first_t
   FROM verdict__holes AS h
@@ -486,13 +490,13 @@ WITH suspects /* ---------------------------------------------------------------
   UNION
   SELECT
     hole_id,
-    bootstrap_room,
+    key,
     room,
     first_t
   FROM (
     SELECT
       EXPLODE(hole_ids) AS hole_id,
-      bootstrap_room,
+      key,
       room,
       first_t
     FROM verdict__rq AS rq
@@ -502,7 +506,7 @@ WITH suspects /* ---------------------------------------------------------------
 ), hit AS (
   SELECT
     hole_id,
-    COUNT(DISTINCT bootstrap_room) AS n,
+    COUNT(DISTINCT key) AS n,
     SLICE(
       CASE
         WHEN SIZE(
@@ -595,10 +599,10 @@ WITH suspects /* ---------------------------------------------------------------
       1,
       5
     ) AS rooms,
-    COUNT(DISTINCT bootstrap_room) FILTER(WHERE
-      bootstrap_room IN (
+    COUNT(DISTINCT key) FILTER(WHERE
+      key IN (
         SELECT
-          bootstrap_room
+          key
         FROM verdict__rq AS rq
         WHERE
           prefill_status = 'hidden'
@@ -896,7 +900,7 @@ WHERE
 
 CREATE OR REPLACE TEMPORARY VIEW verdict__fire_load AS
 SELECT
-  f.bootstrap_room,
+  f.key,
   CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.t_us END AS load_t,
   CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.running_req END AS decode_running_req,
   CASE WHEN b.t_us >= f.watchdog_fired_t - 30000000 THEN b.prealloc_req END AS decode_prealloc_req,
@@ -1099,7 +1103,7 @@ WITH tp AS (
   LEFT JOIN tp
     ON tp.host = r.p_host
   LEFT JOIN verdict__fire_load AS fl
-    USING (bootstrap_room)
+    USING (key)
 ), unobserved /* ------------------------------------------------------------------------------- window */ /* Prefills whose inflight queue the window never showed: no #inflight-req sample and no request */ /* line (a decode-only export, a non-PD log, a prefill that only started); and a window with no */ /* line at all (a window after the data, or before it). */ AS (
   SELECT
     h.host
@@ -2370,6 +2374,79 @@ GROUP BY
   prefill_status
 UNION ALL
 SELECT
+  32,
+  'undecided',
+  CONCAT(
+    CAST(COUNT(*) AS STRING),
+    ' request(s) undecided: ',
+    CAST(ANY_VALUE(undecided_reason) IGNORE NULLS AS STRING),
+    ' (',
+    CAST(ARRAY_JOIN(
+      SLICE(
+        CASE
+          WHEN SIZE(
+            ARRAY_SORT(
+              COLLECT_LIST(
+                STRUCT(
+                  CONCAT(CAST(room AS STRING), ' on ', CAST(deployment AS STRING)) AS v,
+                  first_t AS k0
+                )
+              ),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            )
+          ) = 0
+          THEN NULL
+          ELSE TRANSFORM(
+            ARRAY_SORT(
+              COLLECT_LIST(
+                STRUCT(
+                  CONCAT(CAST(room AS STRING), ' on ', CAST(deployment AS STRING)) AS v,
+                  first_t AS k0
+                )
+              ),
+              (l, r) -> CASE
+                WHEN l.k0 IS NULL AND r.k0 IS NULL
+                THEN 0
+                WHEN l.k0 IS NULL
+                THEN 1
+                WHEN r.k0 IS NULL
+                THEN -1
+                WHEN l.k0 < r.k0
+                THEN -1
+                WHEN l.k0 > r.k0
+                THEN 1
+                ELSE 0
+              END
+            ),
+            s -> s.v
+          )
+        END,
+        1,
+        5
+      ),
+      ', '
+    ) || CASE WHEN COUNT(*) > 5 THEN ', ...' ELSE '' END AS STRING),
+    '); ingest each deployment into a database of its own, or give its routers distinct rooms'
+  )
+FROM verdict__rq AS rq
+WHERE
+  decode_unpaired AND class = 'undecided'
+HAVING
+  COUNT(*) > 0
+UNION ALL
+SELECT
   33,
   'undecided',
   CONCAT(
@@ -2711,7 +2788,7 @@ WITH tp AS (
   LEFT JOIN tp
     ON tp.host = r.p_host
   LEFT JOIN verdict__fire_load AS fl
-    USING (bootstrap_room)
+    USING (key)
 ), recovery AS (
   SELECT
     CASE
@@ -2727,6 +2804,7 @@ WITH tp AS (
 ), not_completed /* The watchdog's firings (the `watchdog_firings` view): every rank should fire in the same second */ /* (the patch checks the deadline before the all-reduce); late: the dwell exceeds the timeout by */ /* more than one poll loop (grace). */ /* Every request that did not complete, in class order (design.md §3), then by first line. */ AS (
   SELECT
     r.bootstrap_room,
+    r.deployment,
     r.prefill_rid,
     r.decode_rid,
     r.class,
@@ -2749,7 +2827,7 @@ WITH tp AS (
     r.holder_at_end
   FROM verdict__rq AS r
   LEFT JOIN verdict__fire_load AS fl
-    USING (bootstrap_room)
+    USING (key)
   WHERE
     r.class <> 'completed'
 ), flags AS (
@@ -3600,6 +3678,7 @@ SELECT
               STRUCT(
                 STRUCT(
                   n.bootstrap_room AS `bootstrap_room`,
+                  n.deployment AS `deployment`,
                   n.prefill_rid AS `prefill_rid`,
                   n.decode_rid AS `decode_rid`,
                   n.class AS `class`,
@@ -3641,7 +3720,8 @@ SELECT
                   0
                 ) AS k0,
                 n.first_t AS k1,
-                n.bootstrap_room AS k2
+                n.bootstrap_room AS k2,
+                n.deployment AS k3
               )
             ),
             (l, r) -> CASE
@@ -3650,7 +3730,19 @@ SELECT
                 WHEN l.k1 IS NULL AND r.k1 IS NULL
                 THEN CASE
                   WHEN l.k2 IS NULL AND r.k2 IS NULL
-                  THEN 0
+                  THEN CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                   WHEN l.k2 IS NULL
                   THEN 1
                   WHEN r.k2 IS NULL
@@ -3659,7 +3751,19 @@ SELECT
                   THEN -1
                   WHEN l.k2 > r.k2
                   THEN 1
-                  ELSE 0
+                  ELSE CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                 END
                 WHEN l.k1 IS NULL
                 THEN 1
@@ -3671,7 +3775,19 @@ SELECT
                 THEN 1
                 ELSE CASE
                   WHEN l.k2 IS NULL AND r.k2 IS NULL
-                  THEN 0
+                  THEN CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                   WHEN l.k2 IS NULL
                   THEN 1
                   WHEN r.k2 IS NULL
@@ -3680,7 +3796,19 @@ SELECT
                   THEN -1
                   WHEN l.k2 > r.k2
                   THEN 1
-                  ELSE 0
+                  ELSE CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                 END
               END
               WHEN l.k0 IS NULL
@@ -3695,7 +3823,19 @@ SELECT
                 WHEN l.k1 IS NULL AND r.k1 IS NULL
                 THEN CASE
                   WHEN l.k2 IS NULL AND r.k2 IS NULL
-                  THEN 0
+                  THEN CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                   WHEN l.k2 IS NULL
                   THEN 1
                   WHEN r.k2 IS NULL
@@ -3704,7 +3844,19 @@ SELECT
                   THEN -1
                   WHEN l.k2 > r.k2
                   THEN 1
-                  ELSE 0
+                  ELSE CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                 END
                 WHEN l.k1 IS NULL
                 THEN 1
@@ -3716,7 +3868,19 @@ SELECT
                 THEN 1
                 ELSE CASE
                   WHEN l.k2 IS NULL AND r.k2 IS NULL
-                  THEN 0
+                  THEN CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                   WHEN l.k2 IS NULL
                   THEN 1
                   WHEN r.k2 IS NULL
@@ -3725,7 +3889,19 @@ SELECT
                   THEN -1
                   WHEN l.k2 > r.k2
                   THEN 1
-                  ELSE 0
+                  ELSE CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                 END
               END
             END
@@ -3738,6 +3914,7 @@ SELECT
               STRUCT(
                 STRUCT(
                   n.bootstrap_room AS `bootstrap_room`,
+                  n.deployment AS `deployment`,
                   n.prefill_rid AS `prefill_rid`,
                   n.decode_rid AS `decode_rid`,
                   n.class AS `class`,
@@ -3779,7 +3956,8 @@ SELECT
                   0
                 ) AS k0,
                 n.first_t AS k1,
-                n.bootstrap_room AS k2
+                n.bootstrap_room AS k2,
+                n.deployment AS k3
               )
             ),
             (l, r) -> CASE
@@ -3788,7 +3966,19 @@ SELECT
                 WHEN l.k1 IS NULL AND r.k1 IS NULL
                 THEN CASE
                   WHEN l.k2 IS NULL AND r.k2 IS NULL
-                  THEN 0
+                  THEN CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                   WHEN l.k2 IS NULL
                   THEN 1
                   WHEN r.k2 IS NULL
@@ -3797,7 +3987,19 @@ SELECT
                   THEN -1
                   WHEN l.k2 > r.k2
                   THEN 1
-                  ELSE 0
+                  ELSE CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                 END
                 WHEN l.k1 IS NULL
                 THEN 1
@@ -3809,7 +4011,19 @@ SELECT
                 THEN 1
                 ELSE CASE
                   WHEN l.k2 IS NULL AND r.k2 IS NULL
-                  THEN 0
+                  THEN CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                   WHEN l.k2 IS NULL
                   THEN 1
                   WHEN r.k2 IS NULL
@@ -3818,7 +4032,19 @@ SELECT
                   THEN -1
                   WHEN l.k2 > r.k2
                   THEN 1
-                  ELSE 0
+                  ELSE CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                 END
               END
               WHEN l.k0 IS NULL
@@ -3833,7 +4059,19 @@ SELECT
                 WHEN l.k1 IS NULL AND r.k1 IS NULL
                 THEN CASE
                   WHEN l.k2 IS NULL AND r.k2 IS NULL
-                  THEN 0
+                  THEN CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                   WHEN l.k2 IS NULL
                   THEN 1
                   WHEN r.k2 IS NULL
@@ -3842,7 +4080,19 @@ SELECT
                   THEN -1
                   WHEN l.k2 > r.k2
                   THEN 1
-                  ELSE 0
+                  ELSE CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                 END
                 WHEN l.k1 IS NULL
                 THEN 1
@@ -3854,7 +4104,19 @@ SELECT
                 THEN 1
                 ELSE CASE
                   WHEN l.k2 IS NULL AND r.k2 IS NULL
-                  THEN 0
+                  THEN CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                   WHEN l.k2 IS NULL
                   THEN 1
                   WHEN r.k2 IS NULL
@@ -3863,7 +4125,19 @@ SELECT
                   THEN -1
                   WHEN l.k2 > r.k2
                   THEN 1
-                  ELSE 0
+                  ELSE CASE
+                    WHEN l.k3 IS NULL AND r.k3 IS NULL
+                    THEN 0
+                    WHEN l.k3 IS NULL
+                    THEN 1
+                    WHEN r.k3 IS NULL
+                    THEN -1
+                    WHEN l.k3 < r.k3
+                    THEN -1
+                    WHEN l.k3 > r.k3
+                    THEN 1
+                    ELSE 0
+                  END
                 END
               END
             END
