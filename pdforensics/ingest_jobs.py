@@ -54,9 +54,13 @@ from pdforensics.sources import RecordBatch, Selection, Source
 from pdforensics.sources._common import rejects_frame
 from pdforensics.sources.journal import JournalSource, read_header
 
-# Test hook: a worker SIGKILLs itself after sending this many batches of a task's first attempt
-# (tests/test_ingest_jobs.py: a worker killed mid-file loses and duplicates nothing).
+# Test hooks (tests/test_ingest_jobs.py), each a worker death at a chosen point: a worker SIGKILLs
+# itself after sending this many batches of a task's first attempt; after finishing its first
+# task (dead between tasks); the main process SIGKILLs the first worker it starts at once (dead
+# before it has read anything, its end of the pipe perhaps still held by the resource sharer).
 _DIE_AFTER_ENV = "PDFORENSICS_TEST_WORKER_DIES_AFTER"
+_DIE_BETWEEN_ENV = "PDFORENSICS_TEST_WORKER_DIES_BETWEEN_TASKS"
+_KILL_FIRST_ENV = "PDFORENSICS_TEST_FIRST_WORKER_KILLED_AT_START"
 _ATTEMPTS = 2  # a task whose worker dies is read again once
 
 
@@ -188,8 +192,14 @@ def read_collection(
         # the cores (read when polars is imported; PDFORENSICS_WORKER_THREADS overrides it).
         with _env(POLARS_MAX_THREADS=os.environ.get("PDFORENSICS_WORKER_THREADS", threads)):
             proc.start()
-        theirs.close()  # only the worker holds its end: its death reads as EOF here
+        theirs.close()  # only the worker holds its end (once it has it): its death reads as EOF here
+        if kill_first and not workers_started:
+            proc.kill()
+        workers_started.append(proc.pid)
         return _Worker(proc, mine)
+
+    kill_first = bool(os.environ.get(_KILL_FIRST_ENV))
+    workers_started: list[int] = []
 
     spool = _spool_dir()
     todo = deque(
@@ -198,19 +208,30 @@ def read_collection(
     try:
         workers = [start() for _ in range(plan.jobs)]
         while True:
-            for w in workers:
+            for k, w in enumerate(workers):
                 if w.task is None and todo:
-                    w.task = _planned(con, todo.popleft(), selection)
-                    w.conn.send(w.task)
+                    task = _planned(con, todo.popleft(), selection)
+                    if not _handed(w, task):  # it died between tasks: not the task's fault
+                        todo.appendleft(task)
+                        workers[k] = start()
             busy = [w for w in workers if w.task is not None]
             if not busy:
+                if todo:
+                    continue
                 break
-            ready = wait([w.conn for w in busy])
+            # A worker's exit as well as its messages: one that dies before it has taken its end
+            # of the pipe leaves a copy with multiprocessing's resource sharer, and no EOF comes.
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
             for w in busy:
                 if w.conn in ready:
-                    replacement = _serve(con, w, commit, todo, done, plan.source)
-                    if replacement:
-                        workers[workers.index(w)] = start()
+                    died = _serve(con, w, commit, todo, done, plan.source)
+                elif w.process.sentinel in ready:
+                    _died(w, w.task, todo, done)  # type: ignore[arg-type]
+                    died = True
+                else:
+                    continue
+                if died:
+                    workers[workers.index(w)] = start()
     finally:
         _stop(workers)
         shutil.rmtree(spool, ignore_errors=True)
@@ -319,6 +340,18 @@ def _serve(
         done.unreadable += msg[3]
         w.task = None
     return False
+
+
+def _handed(w: _Worker, task: _Task) -> bool:
+    """Give an idle worker its next task; False when the worker is already gone."""
+    if w.process.exitcode is not None:
+        return False
+    try:
+        w.conn.send(task)
+    except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+        return False
+    w.task = task
+    return True
 
 
 def _died(w: _Worker, task: _Task, todo: deque[_Task], done: _Progress) -> None:
@@ -504,6 +537,8 @@ def _run_task(
             os.kill(os.getpid(), signal.SIGKILL)
     d = src.direct
     conn.send(("done", (d.files, d.entries, dict(d.fallbacks))))
+    if os.environ.get(_DIE_BETWEEN_ENV):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _runs(keys: pl.DataFrame) -> pl.DataFrame:

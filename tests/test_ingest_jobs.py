@@ -25,7 +25,13 @@ from pdforensics import store
 from pdforensics.api import build_sources, run_verdict
 from pdforensics.catalog import load_catalog
 from pdforensics.ingest import IngestSummary, ingest
-from pdforensics.ingest_jobs import _DIE_AFTER_ENV, collection_plan, collection_tasks
+from pdforensics.ingest_jobs import (
+    _DIE_AFTER_ENV,
+    _DIE_BETWEEN_ENV,
+    _KILL_FIRST_ENV,
+    collection_plan,
+    collection_tasks,
+)
 from pdforensics.paths import fixtures_dir
 from pdforensics.sources import JOURNAL_MARK, Selection, Window
 
@@ -289,6 +295,37 @@ def test_a_worker_killed_mid_file_loses_and_duplicates_nothing(
     db = tmp_path / "killed.duckdb"
     summary = run(db, d, WORKERS)
     assert summary.rejected == 0, "each task was read again, from its mark, by a new worker"
+    assert_same(clean, db)
+
+
+@pytest.fixture(scope="module")
+def fleet_collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """16 hosts: 16 tasks, so each of two workers takes several in turn."""
+    out = tmp_path_factory.mktemp("fleet") / "fleet_16_hosts"
+    make_collection((fixtures_dir() / "fleet_16_hosts" / "journal.export").read_bytes(), out)
+    return out
+
+
+@pytest.mark.parametrize("hook", [_DIE_BETWEEN_ENV, _KILL_FIRST_ENV], ids=["between_tasks", "at_start"])
+def test_a_worker_dead_between_tasks_or_before_its_first_is_replaced(
+    hook: str, fleet_collection: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29, item 3: a worker that dies after finishing a task (the next task's hand-off met a
+    dead pipe: exit 1, no line) or before it has read anything (no EOF ever came: the ingest
+    hung holding the database lock) is replaced, and every line is stored once."""
+    clean = tmp_path / "clean.duckdb"
+    run(clean, fleet_collection, 1, batch_size=1024)
+    monkeypatch.setenv(hook, "1")
+    db = tmp_path / "killed.duckdb"
+    got: list[IngestSummary] = []
+    # a hang guard, not a time limit: the run takes seconds, a hung one never ends
+    worker = threading.Thread(
+        target=lambda: got.append(run(db, fleet_collection, WORKERS, batch_size=1024)), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=900)
+    assert got, "the ingest did not end"
+    assert got[0].rejected == 0, "each task was read whole by a live worker"
     assert_same(clean, db)
 
 
