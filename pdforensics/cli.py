@@ -8,6 +8,7 @@ that need them so `--help` stays instant.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -20,9 +21,19 @@ import typer
 from typer._click import exceptions as click  # typer 0.29 vendors click; pinned <0.30
 from typer.core import TyperGroup
 
-from pdforensics.errors import PdfError, UsageError, install_stop_signals, interrupt_exit_code, is_interrupt
+from pdforensics.errors import (
+    DatabaseError,
+    OutputError,
+    PdfError,
+    UsageError,
+    install_stop_signals,
+    interrupt_exit_code,
+    is_database_fault,
+    is_interrupt,
+)
 
 EXIT_INTERNAL = 70
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 EXIT_INTERRUPTED = 130
 EXIT_USAGE = 2
 # `--check` follows the monitoring-plugin convention (render.check_line): 0 OK, 1 WARNING,
@@ -656,6 +667,13 @@ def _describe(exc: BaseException) -> tuple[str, int]:
     if os.environ.get("PDFORENSICS_DEBUG") or not isinstance(exc, Exception):
         raise exc
     first = (str(exc).strip().splitlines() or [""])[0]
+    # I/O and database failures no command mapped itself: the documented codes, not "internal"
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None and isinstance(exc, duckdb.Error) and is_database_fault(exc):
+        return f"database error: {first}", DatabaseError.exit_code
+    if isinstance(exc, OSError) and exc.errno in _OUTPUT_ERRNOS:
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"cannot write{where}: {exc.strerror}", OutputError.exit_code
     return (
         f"internal error: {type(exc).__name__}: {first} (set PDFORENSICS_DEBUG=1 for the traceback)",
         EXIT_INTERNAL,

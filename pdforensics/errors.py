@@ -30,6 +30,24 @@ class DatabaseError(PdfError):
     exit_code = 4
 
 
+class OutputError(PdfError):
+    """An output file (report, export, alert log, status file) could not be written: a full disk,
+    a read-only folder, permissions. Nothing partial is left where it was to be written."""
+
+    exit_code = 6
+
+
+# DuckDB errors that say the database file itself is damaged or cannot be read or written (a
+# corrupt block, an I/O error, a full disk): a database problem (4), whichever command met them.
+# By class name: this module never imports duckdb (the CLI's --help stays instant).
+_DATABASE_FAULTS = ("IOException", "FatalException", "InternalException", "SerializationException")
+
+
+def is_database_fault(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return type(exc).__name__ in _DATABASE_FAULTS or "corrupt" in text or "checksum" in text
+
+
 class EngineError(PdfError):
     """The engine asked for cannot run here (`verdict --engine spark`: no pyspark, no Java) or
     failed to run the rules."""

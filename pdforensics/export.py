@@ -9,23 +9,19 @@ requests exports without holding them all in Python.
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
 
-from pdforensics.errors import PdfError, UsageError
+from pdforensics.errors import DatabaseError, OutputError, UsageError
 from pdforensics.query import prepared
 
 if TYPE_CHECKING:
     from pdforensics.verdict import VerdictOptions
-
-
-class ExportError(PdfError):
-    """The export could not be written (unwritable path, a view that fails)."""
-
-    exit_code = 1
 
 
 FORMATS = ("parquet", "perfetto", "otlp", "timesketch")
@@ -41,14 +37,36 @@ def export(con: duckdb.DuckDBPyConnection, fmt: str, out: Path, opts: VerdictOpt
     if fmt not in FORMATS:
         raise UsageError(f"unknown export --format {fmt!r}; one of: {', '.join(FORMATS)}")
     out = Path(out)
-    _check_writable(out, folder=fmt == "parquet")
+    folder = fmt == "parquet"
+    _check_writable(out, folder)
+    # written beside `out` and moved into place whole: a failure (a full disk) leaves no part of it
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         with prepared(con, opts):
-            return _exporter(fmt)(con, out)
+            _exporter(fmt)(con, tmp)
+        _move_into_place(tmp, out, folder)
+        return out
     except duckdb.Error as exc:
-        raise ExportError(f"{fmt} export failed: {str(exc).splitlines()[0]}") from None
+        first = str(exc).splitlines()[0]
+        if "space left" in first.lower() or str(tmp) in first:
+            raise OutputError(f"cannot write {out}: {first}") from None
+        raise DatabaseError(f"{fmt} export could not read the database: {first}") from None
     except OSError as exc:
-        raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+
+
+def _move_into_place(tmp: Path, out: Path, folder: bool) -> None:
+    if not folder:
+        tmp.replace(out)
+        return
+    out.mkdir(exist_ok=True)
+    for f in sorted(tmp.iterdir()):
+        f.replace(out / f.name)
 
 
 def _check_writable(out: Path, folder: bool) -> None:

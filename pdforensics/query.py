@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import duckdb
 
 from pdforensics import paths, store
-from pdforensics.errors import PdfError, UsageError
+from pdforensics.errors import DatabaseError, PdfError, UsageError, is_database_fault
 from pdforensics.render import terminal_safe
 
 if TYPE_CHECKING:
@@ -222,7 +222,7 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, label: str = "query") -> d
     try:
         return con.execute(sql)
     except duckdb.Error as exc:
-        raise QueryError(_explain(exc, label)) from None
+        raise _query_error(exc, label) from None
 
 
 # The views a query reads may be shadowed by temporary tables (verdict.materialised): DuckDB then
@@ -237,6 +237,15 @@ def confine(con: duckdb.DuckDBPyConnection) -> None:
     Run after the views are computed and the kept judgements attached: the user's query last."""
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
+
+
+def _query_error(exc: duckdb.Error, label: str) -> PdfError:
+    """The query's own mistake (1), or the database failing under it (a corrupt block: 4)."""
+    if is_database_fault(exc):
+        return DatabaseError(
+            f"the database could not be read while running the {label}: {str(exc).splitlines()[0]}"
+        )
+    return QueryError(_explain(exc, label))
 
 
 def _explain(exc: duckdb.Error, label: str) -> str:
@@ -266,7 +275,7 @@ def run_query(db: Path, query: str, fmt: str, opts: VerdictOptions | None, out: 
             try:
                 write_result(cur, fmt, out)
             except duckdb.Error as exc:  # errors found while fetching (conversion, overflow)
-                raise QueryError(_explain(exc, label)) from None
+                raise _query_error(exc, label) from None
             except BrokenPipeError:
                 _quiet_broken_pipe(out)
     finally:

@@ -145,7 +145,12 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
 
 def _friendly(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: float = 0.0) -> DatabaseError:
     text = _CREATING.sub(r"\1", str(exc))  # the user named `path`, not open_db's temporary name for it
-    if _is_lock_error(exc) or "lock" in text.lower():
+    if "not a valid DuckDB database" in text or "corrupt" in text.lower():
+        return DatabaseError(
+            f"{path} is not a readable pdforensics database (corrupt or not DuckDB): {text.splitlines()[0]}"
+        )
+    # a word: DuckDB's corruption messages say "block"
+    if _is_lock_error(exc) or re.search(r"\block\b", text, re.IGNORECASE):
         pid = re.search(r"PID (\d+)", text)
         if read_only:
             # Readers share the lock, so whoever blocks a reader is writing.
@@ -159,8 +164,6 @@ def _friendly(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: 
             f"database {path} is in use by another process{who}, another ingest or a reader such as "
             f"`pdforensics sql`{waited}; try again when it finishes or use another --db"
         )
-    if "not a valid DuckDB database" in text or "Corrupt" in text or "corrupt" in text:
-        return DatabaseError(f"{path} is not a readable pdforensics database (corrupt or not DuckDB)")
     if "Permission denied" in text or "Read-only file system" in text or "read-only" in text:
         if read_only:
             return DatabaseError(f"cannot read {path}: permission denied")

@@ -43,7 +43,7 @@ import polars as pl
 
 from pdforensics import store
 from pdforensics.catalog import Catalog
-from pdforensics.errors import DatabaseError
+from pdforensics.errors import DatabaseError, is_database_fault
 from pdforensics.follow import FileFollower, Follower, JournalFollower
 from pdforensics.livefold import LiveFold, alert_json
 from pdforensics.parse import ParseOptions, StreamCarry, parse_records
@@ -94,6 +94,8 @@ class Watcher:
         self.commit_seq = 0
         self.ingest_id = 0
         self.db_busy = 0
+        self.unlogged: list[dict[str, Any]] = []  # delivered alerts the alert log does not hold yet
+        self.troubles: set[str] = set()  # what cannot be written now (said once each)
         self.polls = 0
         self.flushed_lines = 0
         self.last_flush_ms = 0.0  # the last write transaction, open to close
@@ -231,11 +233,37 @@ class Watcher:
         out.flush()
         if self.cfg.exec_cmd:
             self._exec(alert)
-        with open(self.alert_log, "a", encoding="utf-8") as f:
-            f.write(json.dumps(alert) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
         self.delivered.add(alert["id"])
+        self.unlogged.append(alert)
+        self._log_alerts()
+
+    def _log_alerts(self) -> None:
+        """Append the delivered alerts to the alert log; when it cannot be written (a full or
+        read-only filesystem) they are kept and written at a later poll, and watching goes on."""
+        if not self.unlogged:
+            return
+        try:
+            with open(self.alert_log, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(a) + "\n" for a in self.unlogged))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            self._trouble("alert log", f"cannot write the alert log {self.alert_log}: {exc.strerror or exc}; "
+                          f"{len(self.unlogged)} alert(s) delivered and kept, written when it can be")  # fmt: skip
+            return
+        self.unlogged.clear()
+        self._recovered("alert log")
+
+    def _trouble(self, what: str, text: str) -> None:
+        """Say once that `what` cannot be written, until it can again."""
+        if what not in self.troubles:
+            self.troubles.add(what)
+            _warn(text)
+
+    def _recovered(self, what: str) -> None:
+        if what in self.troubles:
+            self.troubles.discard(what)
+            _warn(f"the {what} is written again")
 
     def _exec(self, alert: dict[str, Any]) -> None:
         try:
@@ -283,8 +311,18 @@ class Watcher:
         self.last_commit = time.monotonic()
         try:
             self._write(con)
+        except duckdb.Error as exc:
+            # a full disk, an I/O error: what was read stays pending and is written at a later
+            # commit, as when another process holds the database
+            if not is_database_fault(exc):
+                raise
+            self._trouble("database", f"cannot write {self.cfg.db}: {str(exc).splitlines()[0]}; "
+                          f"{self.pending_lines} line(s) kept, written at a later commit")  # fmt: skip
+            self.db_busy += 1
+            return False
         finally:
             con.close()
+        self._recovered("database")
         self.last_flush_ms = (time.perf_counter() - started) * 1000
         return True
 
@@ -339,6 +377,18 @@ class Watcher:
     # ------------------------------------------------------------------ status
 
     def _report(self, now_us: int) -> None:
+        self._log_alerts()
+        try:
+            self._write_status(now_us)
+        except OSError as exc:
+            self._trouble(
+                "status file",
+                f"cannot write the status or metrics file: {exc.strerror or exc}; retried each poll",
+            )
+        else:
+            self._recovered("status file")
+
+    def _write_status(self, now_us: int) -> None:
         if self.metrics is not None:
             self.metrics.update(self.fold, now_us, self.pending_lines, self.db_busy)
             if self.cfg.textfile:

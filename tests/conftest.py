@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -114,6 +115,26 @@ def scenario_db(built) -> Callable[[str, str], Path]:
         return built(f"{recipe}-{scenario}", lambda out: make(scenario, out / "db.duckdb")) / "db.duckdb"
 
     return _get
+
+
+@pytest.fixture
+def full_folder(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a filesystem with no space left: a 256 KiB tmpfs filled to the last byte (root
+    only: skipped where it cannot be mounted). Writing any file there fails with ENOSPC."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)], capture_output=True, check=False
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (root only): {mounted.stderr.decode().strip()}")
+    try:
+        with contextlib.suppress(OSError), open(folder / "filler", "wb", buffering=0) as f:
+            while True:
+                f.write(b"x" * 4096)
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True, check=False)
 
 
 def private_copy(db: Path, folder: Path) -> Path:

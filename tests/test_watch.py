@@ -198,6 +198,21 @@ def test_once_exits_with_the_check_codes(tmp_path: Path, kw: dict, code: int) ->
     assert len(proc.stdout.splitlines()) == (0 if code == 0 else 1)
 
 
+def test_an_alert_log_on_a_full_disk_does_not_stop_the_watch(tmp_path: Path, full_folder: Path) -> None:
+    """Issue 29, item 6: the alert is delivered, the watch goes on to its verdict (exit 2 for the
+    pin, not 70), and stderr says once that the alert log cannot be written."""
+    journal = tmp_path / "j.journal"
+    append_journal(journal, traffic(40, timeout_s=TIMEOUT_S, pin=PIN))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdforensics", "watch", "--db", str(tmp_path / "w.duckdb"), "--journal-file",
+         str(journal), *ARGS, "--once", "--json", "--alert-log", str(full_folder / "alerts.jsonl")],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stdout.splitlines()) == 1, "the alert was delivered"
+    assert proc.stderr.count("cannot write the alert log") == 1, proc.stderr
+
+
 SYSTEMD_DIR = REPO / "contrib" / "systemd"
 
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdforensics.errors import UsageError
+from pdforensics.errors import OutputError, UsageError
 from pdforensics.report.data import Limits
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def write_report(
         tmp.replace(out)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise UsageError(f"cannot write --out {out}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     return out
 
 
