@@ -93,7 +93,7 @@ def folded_share(db: Path, opts: verdict.VerdictOptions) -> tuple[int, int]:
         sql = next(p for p in verdict.view_files() if p.name == "04_room_facts.sql").read_text(
             encoding="utf-8"
         )
-        body = sql[sql.index("WITH o AS") : sql.index("common AS (")].rstrip().rstrip(",")
+        body = sql[sql.index("WITH o AS") : sql.index("common_lines AS (")].rstrip().rstrip(",")
         with verdict.materialised(con, ("context",), cache=False):
             folded = con.execute(f"{body} SELECT count(*) FROM folded").fetchone()
             total = con.execute("SELECT count(*) FROM room_facts").fetchone()
