@@ -88,23 +88,34 @@ room_sides AS MATERIALIZED (
     SELECT bootstrap_room, engine, host, engine || ' ' || host AS holder,
         bool_or(k IN (12, 14)) AS finished,
         min(t_us) FILTER (WHERE k IN (1, 11)) AS recv_t,
-        coalesce(list(DISTINCT bootstrap_host) FILTER (WHERE bootstrap_host IS NOT NULL), []) AS addresses
+        count(DISTINCT bootstrap_host) AS n_addresses
     FROM common_lines
     WHERE engine IN ('prefill', 'decode') AND bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
     GROUP BY ALL
 ),
+side_addresses AS MATERIALIZED (
+    SELECT DISTINCT bootstrap_room, engine, host, bootstrap_host AS address
+    FROM common_lines
+    WHERE engine IN ('prefill', 'decode') AND bootstrap_host IS NOT NULL
+      AND bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
+),
 fits AS MATERIALIZED (
     SELECT d.bootstrap_room, d.host, p.holder
     FROM room_sides AS d
-    JOIN room_sides AS p
-      ON p.bootstrap_room = d.bootstrap_room AND p.engine = 'prefill' AND d.engine = 'decode'
-     AND (len(p.addresses) = 0 OR len(d.addresses) = 0 OR len(list_intersect(p.addresses, d.addresses)) > 0)
-     AND (p.recv_t IS NULL OR d.recv_t IS NULL OR abs(p.recv_t - d.recv_t) <= 30000000)
+    JOIN room_sides AS p ON p.bootstrap_room = d.bootstrap_room AND p.engine = 'prefill' AND d.engine = 'decode'
+    LEFT JOIN (SELECT DISTINCT a.bootstrap_room, a.host AS d_host, b.host AS p_host
+               FROM side_addresses AS a
+               JOIN side_addresses AS b ON b.bootstrap_room = a.bootstrap_room AND b.address = a.address
+               WHERE a.engine = 'decode' AND b.engine = 'prefill') AS shared_address
+      ON shared_address.bootstrap_room = d.bootstrap_room AND shared_address.d_host = d.host
+     AND shared_address.p_host = p.host
+    WHERE (p.n_addresses = 0 OR d.n_addresses = 0 OR shared_address.p_host IS NOT NULL)
+      AND (p.recv_t IS NULL OR d.recv_t IS NULL OR abs(p.recv_t - d.recv_t) <= 30000000)
 ),
 placed_sides AS MATERIALIZED (
     -- placed: the one holder it fits, when no other side fits that holder alone
     SELECT d.bootstrap_room, d.host, d.finished,
-        CASE WHEN n.n_fits = 1 AND count(*) FILTER (WHERE n.n_fits = 1) OVER (PARTITION BY d.bootstrap_room, n.holder) = 1
+        CASE WHEN n.n_fits = 1 AND sum(CASE WHEN n.n_fits = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY d.bootstrap_room, n.holder) = 1
              THEN n.holder END AS placed
     FROM room_sides AS d
     LEFT JOIN (SELECT bootstrap_room, host, count(*) AS n_fits, min(holder) AS holder FROM fits GROUP BY ALL) AS n

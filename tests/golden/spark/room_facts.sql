@@ -145,21 +145,7 @@ SELECT
   BOOL_OR(k IN (12, 14)) AS finished,
   MIN(t_us) FILTER(WHERE
     k IN (1, 11)) AS recv_t,
-  COALESCE(
-    CASE
-      WHEN SIZE(
-        COLLECT_SET(STRUCT(bootstrap_host AS v)) FILTER(WHERE
-          NOT bootstrap_host IS NULL)
-      ) = 0
-      THEN NULL
-      ELSE TRANSFORM(
-        COLLECT_SET(STRUCT(bootstrap_host AS v)) FILTER(WHERE
-          NOT bootstrap_host IS NULL),
-        s -> s.v
-      )
-    END,
-    ARRAY()
-  ) AS addresses
+  COUNT(DISTINCT bootstrap_host) AS n_addresses
 FROM common_lines
 WHERE
   engine IN ('prefill', 'decode')
@@ -169,6 +155,53 @@ WHERE
     FROM room_facts__shared_rooms AS shared_rooms
   )
 GROUP BY ALL;
+
+CREATE OR REPLACE TEMPORARY VIEW room_facts__side_addresses AS
+WITH common_lines AS (
+  /* k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats, */
+  /*    11/12/14 the same on decode */
+  SELECT
+    bootstrap_room,
+    host,
+    engine,
+    rid,
+    t_us,
+    bootstrap_host,
+    CASE event
+      WHEN 'request_received'
+      THEN 1
+      WHEN 'req_time_stats'
+      THEN 4
+      WHEN 'request_finished'
+      THEN CASE WHEN reason_kind IS NULL THEN 2 ELSE 3 END
+      ELSE 0
+    END + CASE WHEN engine = 'decode' THEN 10 ELSE 0 END AS k,
+    CASE WHEN event = 'req_time_stats' THEN entry_time_us - offset_us END AS entry_t,
+    bootstrap_ms,
+    queue_ms,
+    forward_ms
+  FROM room_events
+  WHERE
+    bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__redo AS redo
+    )
+)
+SELECT DISTINCT
+  bootstrap_room,
+  engine,
+  host,
+  bootstrap_host AS address
+FROM common_lines
+WHERE
+  engine IN ('prefill', 'decode')
+  AND NOT bootstrap_host IS NULL
+  AND bootstrap_room IN (
+    SELECT
+      bootstrap_room
+    FROM room_facts__shared_rooms AS shared_rooms
+  );
 
 CREATE OR REPLACE TEMPORARY VIEW room_facts__fits AS
 SELECT
@@ -180,10 +213,23 @@ JOIN room_facts__room_sides AS p
   ON p.bootstrap_room = d.bootstrap_room
   AND p.engine = 'prefill'
   AND d.engine = 'decode'
-  AND (
-    LENGTH(p.addresses) = 0
-    OR LENGTH(d.addresses) = 0
-    OR LENGTH(LIST_INTERSECT(p.addresses, d.addresses)) > 0
+LEFT JOIN (
+  SELECT DISTINCT
+    a.bootstrap_room,
+    a.host AS d_host,
+    b.host AS p_host
+  FROM room_facts__side_addresses AS a
+  JOIN room_facts__side_addresses AS b
+    ON b.bootstrap_room = a.bootstrap_room AND b.address = a.address
+  WHERE
+    a.engine = 'decode' AND b.engine = 'prefill'
+) AS shared_address
+  ON shared_address.bootstrap_room = d.bootstrap_room
+  AND shared_address.d_host = d.host
+  AND shared_address.p_host = p.host
+WHERE
+  (
+    p.n_addresses = 0 OR d.n_addresses = 0 OR NOT shared_address.p_host IS NULL
   )
   AND (
     p.recv_t IS NULL OR d.recv_t IS NULL OR ABS(p.recv_t - d.recv_t) <= 30000000
@@ -197,8 +243,7 @@ SELECT
   d.finished,
   CASE
     WHEN n.n_fits = 1
-    AND COUNT(*) FILTER(WHERE
-      n.n_fits = 1) OVER (PARTITION BY d.bootstrap_room, n.holder) = 1
+    AND SUM(CASE WHEN n.n_fits = 1 THEN 1 ELSE 0 END) OVER (PARTITION BY d.bootstrap_room, n.holder) = 1
     THEN n.holder
   END AS placed
 FROM room_facts__room_sides AS d
