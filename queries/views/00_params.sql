@@ -49,7 +49,8 @@
 --                     host_gauge, holes, engine_coverage, evidence
 --   03_rows           evt, room_events (= pdf_room_lines(false)), inflight_gauge (one row per line /
 --                     gauge sample)
---   04_room_facts     room_facts: what both engines logged, one row per bootstrap_room
+--   04_room_facts     room_facts: what both engines logged, one row per request (room, and the prefill
+--                     holding it where two deployments share the room)
 --   05_requests       room_state, requests: the class and flags of every request
 --   06_verdict        `verdict`: counts, pins, holes that decide, abort storms, reasons, the verdict
 --   07_findings       coverage, anonymous_pins, abort_storms, verdict_reasons, pins,

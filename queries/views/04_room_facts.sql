@@ -1,4 +1,5 @@
--- Everything both engines logged about each request, aggregated once per bootstrap_room.
+-- Everything both engines logged about each request, aggregated once per request: its
+-- bootstrap_room, and its `holder` where two deployments share the room (see shared_rooms).
 -- Times are on the reference clock (t_us). p_* = prefill side, d_* = decode side.
 -- Failure lines are printed by several TP ranks: each fact is kept once per request, with the
 -- ranks that reported it.

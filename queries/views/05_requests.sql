@@ -1,4 +1,5 @@
--- One row per request (bootstrap_room) with its class and flags (design.md §3; first match wins):
+-- One row per request (bootstrap_room; with `deployment` where two share it) with its class and
+-- flags (design.md §3; first match wins):
 --   watchdog_fired   a watchdog line force-failed it
 --   silent_pin       held by the prefill past timeout+grace with no terminal line (prefill_status 'pinned')
 --   undecided        it may still be held, and the logs cannot tell: a hole covers the moment its
