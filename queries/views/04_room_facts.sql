@@ -153,15 +153,21 @@ decode_holders AS MATERIALIZED (
 pooled AS (
     SELECT bootstrap_room, holder, pairs, unplaced FROM lone_holders WHERE unplaced > 0
 ),
+-- whose request each engine host's lines of a shared room are (a decode side paired whichever
+-- way: each such holder's)
+line_holders AS MATERIALIZED (
+    SELECT bootstrap_room, engine, host, holder FROM room_sides WHERE engine = 'prefill'
+    UNION ALL
+    SELECT bootstrap_room, 'decode' AS engine, host, holder FROM decode_holders
+),
 -- each room line with the holder whose request it is ('' for a room that is one request; a line
 -- of a shared room that no engine side holds, a router's: '?')
 common AS (
     SELECT c.*, '' AS holder FROM common_lines AS c WHERE c.bootstrap_room NOT IN (SELECT bootstrap_room FROM shared_rooms)
     UNION ALL
-    SELECT c.*, coalesce(s.holder, h.holder, '?') AS holder
+    SELECT c.*, coalesce(h.holder, '?') AS holder
     FROM common_lines AS c
-    LEFT JOIN room_sides AS s ON c.engine = 'prefill' AND s.engine = 'prefill' AND s.bootstrap_room = c.bootstrap_room AND s.host = c.host
-    LEFT JOIN decode_holders AS h ON c.engine = 'decode' AND h.bootstrap_room = c.bootstrap_room AND h.host = c.host
+    LEFT JOIN line_holders AS h ON h.bootstrap_room = c.bootstrap_room AND h.engine = c.engine AND h.host = c.host
     WHERE c.bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
 ),
 aggregated AS (
@@ -227,10 +233,9 @@ rare_held AS (
     -- each with its holder, as the common lines
     SELECT x.*, '' AS holder FROM rare_lines AS x WHERE x.bootstrap_room NOT IN (SELECT bootstrap_room FROM shared_rooms)
     UNION ALL
-    SELECT x.*, coalesce(s.holder, h.holder, '?') AS holder
+    SELECT x.*, coalesce(h.holder, '?') AS holder
     FROM rare_lines AS x
-    LEFT JOIN room_sides AS s ON x.engine = 'prefill' AND s.engine = 'prefill' AND s.bootstrap_room = x.bootstrap_room AND s.host = x.host
-    LEFT JOIN decode_holders AS h ON x.engine = 'decode' AND h.bootstrap_room = x.bootstrap_room AND h.host = x.host
+    LEFT JOIN line_holders AS h ON h.bootstrap_room = x.bootstrap_room AND h.engine = x.engine AND h.host = x.host
     WHERE x.bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
 ),
 rare AS (

@@ -325,6 +325,23 @@ FROM room_facts__placed_sides AS d
 LEFT JOIN room_facts__lone_holders AS l
   ON d.placed IS NULL AND l.bootstrap_room = d.bootstrap_room AND l.pairs;
 
+CREATE OR REPLACE TEMPORARY VIEW room_facts__line_holders AS
+SELECT
+  bootstrap_room,
+  engine,
+  host,
+  holder
+FROM room_facts__room_sides AS room_sides
+WHERE
+  engine = 'prefill'
+UNION ALL
+SELECT
+  bootstrap_room,
+  'decode' AS engine,
+  host,
+  holder
+FROM room_facts__decode_holders AS decode_holders;
+
 CREATE OR REPLACE TEMPORARY VIEW room_facts AS
 WITH sides AS (
   /* fit: 'in' (the window holds every line of the side), 'out' (none, or no such side), 'cut' */
@@ -444,15 +461,10 @@ WITH sides AS (
   UNION ALL
   SELECT
     c.*,
-    COALESCE(s.holder, h.holder, '?') AS holder
+    COALESCE(h.holder, '?') AS holder
   FROM common_lines AS c
-  LEFT JOIN room_facts__room_sides AS s
-    ON c.engine = 'prefill'
-    AND s.engine = 'prefill'
-    AND s.bootstrap_room = c.bootstrap_room
-    AND s.host = c.host
-  LEFT JOIN room_facts__decode_holders AS h
-    ON c.engine = 'decode' AND h.bootstrap_room = c.bootstrap_room AND h.host = c.host
+  LEFT JOIN room_facts__line_holders AS h
+    ON h.bootstrap_room = c.bootstrap_room AND h.engine = c.engine AND h.host = c.host
   WHERE
     c.bootstrap_room IN (
       SELECT
@@ -1033,15 +1045,10 @@ WITH sides AS (
   UNION ALL
   SELECT
     x.*,
-    COALESCE(s.holder, h.holder, '?') AS holder
+    COALESCE(h.holder, '?') AS holder
   FROM rare_lines AS x
-  LEFT JOIN room_facts__room_sides AS s
-    ON x.engine = 'prefill'
-    AND s.engine = 'prefill'
-    AND s.bootstrap_room = x.bootstrap_room
-    AND s.host = x.host
-  LEFT JOIN room_facts__decode_holders AS h
-    ON x.engine = 'decode' AND h.bootstrap_room = x.bootstrap_room AND h.host = x.host
+  LEFT JOIN room_facts__line_holders AS h
+    ON h.bootstrap_room = x.bootstrap_room AND h.engine = x.engine AND h.host = x.host
   WHERE
     x.bootstrap_room IN (
       SELECT
