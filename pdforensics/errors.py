@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import signal
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 
 class PdfError(Exception):
@@ -35,6 +40,29 @@ class OutputError(PdfError):
     a read-only folder, permissions. Nothing partial is left where it was to be written."""
 
     exit_code = 6
+
+
+@contextlib.contextmanager
+def written_whole(out: Path, folder: bool = False, name: str = "") -> Iterator[Path]:
+    """A path beside `out` to write to, moved into place when the block ends and removed when it
+    fails: a full disk leaves no part of `out`. An OSError is an OutputError ("cannot write
+    {name}{out}"). `folder`: the path is a folder whose files go into `out` (created if need be)."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        if folder:
+            out.mkdir(exist_ok=True)
+            for f in sorted(tmp.iterdir()):
+                f.replace(out / f.name)
+        else:
+            tmp.replace(out)
+    except OSError as exc:
+        raise OutputError(f"cannot write {name}{out}: {exc.strerror or exc}") from None
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
 
 
 # DuckDB errors that say the database file itself is damaged or cannot be read or written (a

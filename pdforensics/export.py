@@ -9,15 +9,13 @@ requests exports without holding them all in Python.
 from __future__ import annotations
 
 import importlib
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
 
-from pdforensics.errors import DatabaseError, OutputError, UsageError
+from pdforensics.errors import DatabaseError, OutputError, UsageError, written_whole
 from pdforensics.query import prepared
 
 if TYPE_CHECKING:
@@ -40,33 +38,15 @@ def export(con: duckdb.DuckDBPyConnection, fmt: str, out: Path, opts: VerdictOpt
     folder = fmt == "parquet"
     _check_writable(out, folder)
     # written beside `out` and moved into place whole: a failure (a full disk) leaves no part of it
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        with prepared(con, opts):
+        with written_whole(out, folder) as tmp, prepared(con, opts):
             _exporter(fmt)(con, tmp)
-        _move_into_place(tmp, out, folder)
-        return out
     except duckdb.Error as exc:
         first = str(exc).splitlines()[0]
-        if "space left" in first.lower() or str(tmp) in first:
+        if "space left" in first.lower() or f".{out.name}." in first:
             raise OutputError(f"cannot write {out}: {first}") from None
         raise DatabaseError(f"{fmt} export could not read the database: {first}") from None
-    except OSError as exc:
-        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from None
-    finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
-
-
-def _move_into_place(tmp: Path, out: Path, folder: bool) -> None:
-    if not folder:
-        tmp.replace(out)
-        return
-    out.mkdir(exist_ok=True)
-    for f in sorted(tmp.iterdir()):
-        f.replace(out / f.name)
+    return out
 
 
 def _check_writable(out: Path, folder: bool) -> None:

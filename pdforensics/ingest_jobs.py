@@ -193,13 +193,12 @@ def read_collection(
         with _env(POLARS_MAX_THREADS=os.environ.get("PDFORENSICS_WORKER_THREADS", threads)):
             proc.start()
         theirs.close()  # only the worker holds its end (once it has it): its death reads as EOF here
-        if kill_first and not workers_started:
+        if kill_next:
             proc.kill()
-        workers_started.append(proc.pid)
+            kill_next.clear()
         return _Worker(proc, mine)
 
-    kill_first = bool(os.environ.get(_KILL_FIRST_ENV))
-    workers_started: list[int] = []
+    kill_next = [True] if os.environ.get(_KILL_FIRST_ENV) else []  # the test hook: the first one only
 
     spool = _spool_dir()
     todo = deque(

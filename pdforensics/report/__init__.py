@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdforensics.errors import OutputError, UsageError
+from pdforensics.errors import UsageError, written_whole
 from pdforensics.report.data import Limits
 
 if TYPE_CHECKING:
@@ -54,13 +54,8 @@ def write_report(
     check_out(out)  # before the work: a typo in --out must not cost the whole report
     model, figures = build_model(con, opts, show_prompts, limits or Limits())
     page = render_page(model, figures, _plotly_js())
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
+    with written_whole(out, name="--out ") as tmp:
         tmp.write_text(page, encoding="utf-8")
-        tmp.replace(out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write --out {out}: {exc.strerror or exc}") from None
     return out
 
 
