@@ -144,6 +144,45 @@ CheckOpt = Annotated[bool, typer.Option("--check", help=CHECK_HELP)]
 DEFAULT_DB = Path("pdforensics.duckdb")
 
 
+def _zone_option(value: str | None) -> str | None:
+    """--tz checked as the command line is parsed, before any command opens a database (a bad
+    zone met mid-ingest left an `interrupted` run); `local` and `Z` named as every reader takes them."""
+    if value is None:
+        return None
+    from pdforensics.parse import LOCAL_TZ, checked_zone
+
+    if value.lower() == "local":
+        return LOCAL_TZ
+    if value.upper() in ("UTC", "Z"):
+        return "UTC"
+    checked_zone(value)
+    return value
+
+
+TzOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tz", metavar="ZONE", callback=_zone_option,
+        help="Time zone of zone-less log prefixes: an IANA name, UTC or local. [default: inferred, else local]",
+    ),
+]  # fmt: skip
+HostOpt = Annotated[
+    str | None,
+    typer.Option("--host", metavar="NAME", help="Host name for plain log files. [default: local]"),
+]
+UnitOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--unit", "-u", metavar="GLOB",
+        help="Unit glob, repeatable; '*' takes every unit. [default: sglang*]",
+    ),
+]  # fmt: skip
+CatalogOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--catalog", metavar="TOML", help="Extra catalog TOML, repeatable. [default: the bundled one only]"),
+]  # fmt: skip
+
+
 def _err(text: str) -> None:
     sys.stderr.write(f"pdforensics: {text}\n")
 
@@ -177,15 +216,7 @@ def ingest(
     db: DbOpt = DEFAULT_DB,
     since: IngestSinceOpt = None,
     until: IngestUntilOpt = None,
-    unit: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--unit",
-            "-u",
-            metavar="GLOB",
-            help="Unit glob, repeatable; '*' takes every unit. [default: sglang*]",
-        ),
-    ] = None,
+    unit: UnitOpt = None,
     directory: Annotated[
         list[Path] | None,
         typer.Option(
@@ -216,24 +247,9 @@ def ingest(
             help="journalctl -o json / -o export output, or a plain SGLang log (.gz ok), repeatable. [default: none]",
         ),
     ] = None,
-    tz: Annotated[
-        str | None,
-        typer.Option(
-            metavar="ZONE", help="Time zone of zone-less log prefixes. [default: inferred, else local]"
-        ),
-    ] = None,
-    host: Annotated[
-        str | None,
-        typer.Option(metavar="NAME", help="Host name for plain log files. [default: local]"),
-    ] = None,
-    catalog: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--catalog",
-            metavar="TOML",
-            help="Extra catalog TOML, repeatable. [default: the bundled one only]",
-        ),
-    ] = None,
+    tz: TzOpt = None,
+    host: HostOpt = None,
+    catalog: CatalogOpt = None,
     watchdog: WatchdogDialectOpt = None,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
@@ -521,58 +537,102 @@ def catalog_cmd(
 # ------------------------------------------------------------------ watch
 
 
-@app.command()
+@app.command(epilog=example("pdforensics watch -D /var/log/journal/remote --listen 127.0.0.1:9464"))
 def watch(
     db: DbOpt = DEFAULT_DB,
     since: Annotated[
         str | None,
         typer.Option(
-            help="Where a first start begins (default: the local journal's last 10min, files whole)."
+            metavar="WHEN",
+            help=f"Where a first start reads the journal from: {TIME_FORMS}; a restart continues where "
+            "the last run stopped; --file logs are read from their start. [default: the local journal's "
+            "last 10min, other journals from their start]",
         ),
     ] = None,
-    unit: Annotated[
-        list[str] | None, typer.Option("--unit", "-u", help="Unit glob, repeatable (default sglang*).")
-    ] = None,
+    unit: UnitOpt = None,
     directory: Annotated[
         list[Path] | None,
-        typer.Option("--directory", "-D", help="Journal directory to follow.", readable=False),
+        typer.Option(
+            "--directory",
+            "-D",
+            metavar="DIR",
+            readable=False,
+            help="Journal directory to follow (e.g. /var/log/journal/remote; an empty one is waited on), "
+            "repeatable. [default: the local journal, when no --directory/--journal-file/--file is given]",
+        ),
     ] = None,
     journal_file: Annotated[
-        list[Path] | None, typer.Option("--journal-file", help="A .journal file to follow.", readable=False)
+        list[Path] | None,
+        typer.Option(
+            "--journal-file",
+            metavar="FILE",
+            readable=False,
+            help="A .journal file to follow, repeatable. [default: none]",
+        ),
     ] = None,
     file: Annotated[
         list[Path] | None,
-        typer.Option("--file", "-f", help="A plain SGLang log, followed like tail -F.", readable=False),
+        typer.Option(
+            "--file",
+            "-f",
+            metavar="FILE",
+            readable=False,
+            help="A plain SGLang log, followed like tail -F (waited on until it exists), repeatable. [default: none]",
+        ),
     ] = None,
-    tz: Annotated[str | None, typer.Option(help="Time zone of zone-less log prefixes.")] = None,
-    host: Annotated[str | None, typer.Option(help="Host name for plain log files.")] = None,
-    catalog: Annotated[list[Path] | None, typer.Option("--catalog", help="Extra catalog TOML.")] = None,
+    tz: TzOpt = None,
+    host: HostOpt = None,
+    catalog: CatalogOpt = None,
     watchdog_timeout: TimeoutOpt = None,
     grace: GraceOpt = None,
     json_out: Annotated[
-        bool, typer.Option("--json", help="One JSON object per alert (for pipelines).")
+        bool,
+        typer.Option("--json", help="One JSON object per alert (for pipelines). [default: one line of text]"),
     ] = False,
     exec_cmd: Annotated[
-        str | None, typer.Option("--exec", help="Command run per alert, the alert as JSON on stdin.")
+        str | None,
+        typer.Option(
+            "--exec",
+            metavar="COMMAND",
+            help="Command run per alert, the alert as JSON on stdin. [default: none]",
+        ),
     ] = None,
     listen: Annotated[
-        str | None, typer.Option(help="Serve /metrics on HOST:PORT, e.g. 127.0.0.1:9464.")
+        str | None,
+        typer.Option(
+            metavar="HOST:PORT",
+            help="Serve /metrics there, e.g. 127.0.0.1:9464 (port 0: a free one). [default: none]",
+        ),
     ] = None,
     textfile: Annotated[
-        Path | None, typer.Option(help="Write node_exporter textfile metrics here (atomically).")
+        Path | None,
+        typer.Option(
+            metavar="FILE", help="Write node_exporter textfile metrics here (atomically). [default: none]"
+        ),
     ] = None,
-    status_file: Annotated[Path | None, typer.Option(help="Write the watch's progress (JSON) here.")] = None,
+    status_file: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Write the watch's progress (JSON) here. [default: none]"),
+    ] = None,
     alert_log: Annotated[
-        Path | None, typer.Option(help="Delivered alerts, one JSON a line (default <db>.alerts.jsonl).")
+        Path | None,
+        typer.Option(
+            metavar="FILE", help="Delivered alerts, one JSON a line. [default: the --db path + .alerts.jsonl]"
+        ),
     ] = None,
-    poll: Annotated[float, typer.Option(help="Seconds between polls when idle.")] = 1.0,
+    poll: Annotated[float, typer.Option(metavar="SECONDS", help="Seconds between polls when idle.")] = 1.0,
     commit_interval: Annotated[
-        float, typer.Option(help="Seconds between write transactions (alerts never wait for them).")
+        float,
+        typer.Option(
+            metavar="SECONDS", help="Seconds between write transactions (alerts never wait for them)."
+        ),
     ] = 2.0,
     clock: Annotated[
         str | None,
         typer.Option(
-            help="'log' (newest line) or 'wall' for deadlines (default: wall for the local journal)."
+            metavar="log|wall",
+            help="What 'now' is for deadlines: log (the newest line) or wall (also the wall clock). "
+            "[default: wall for the local journal, else log]",
         ),
     ] = None,
     once: Annotated[

@@ -8,7 +8,9 @@ a followed line is stored exactly as `ingest` would store it (journal entries ke
 
 * `JournalFollower`: one python-systemd `_Reader` kept open; sd_journal sees entries appended to
   the files it has open (systemd-journal-remote, journald). A directory is re-listed every few
-  polls, and a new file (rotation, a new remote host) reopens the reader at the cursor.
+  polls, and a new file (rotation, a new remote host) reopens the reader at the cursor. A
+  directory with no journal file yet (a new journal-remote collection starts empty) is waited on:
+  listed every poll until its first file appears.
 * `FileFollower`: `tail -F` for a plain text log. Complete lines only (a line still being written
   waits for its newline); when the path names another file (rotation by rename) or the file
   shrank (copytruncate), the rest of the old file is read to its end, then the new one from byte 0.
@@ -32,7 +34,15 @@ from pdforensics.sources import RecordBatch, Selection, Window
 from pdforensics.sources._common import GZIP_MAGIC
 from pdforensics.sources._journal_child import read_entries
 from pdforensics.sources._records import ENTRY_FIELDS, journal_records
-from pdforensics.sources.journal import _UNTIL_CHECK, GROUP_HINT, JournalSource, _raw_frame, journal_files
+from pdforensics.sources.journal import (
+    _LOCAL_DIRS,
+    _UNTIL_CHECK,
+    GROUP_HINT,
+    JournalSource,
+    _raw_frame,
+    journal_files,
+    python_systemd_available,
+)
 from pdforensics.sources.plain import MAX_LINE_BYTES, PlainFileSource
 
 # Entries or bytes taken per poll and source: bounds the memory of one poll after a long outage
@@ -40,23 +50,48 @@ from pdforensics.sources.plain import MAX_LINE_BYTES, PlainFileSource
 POLL_ENTRIES = 50_000
 POLL_BYTES = 16 << 20
 _RELIST_POLLS = 5  # a directory is re-listed for new journal files every this many polls
+# Polls a directory's first journal file may fail to open before that is an error: it can be seen
+# while journal-remote is still writing its header (sd_journal then says ENODATA).
+_FIRST_OPEN_TRIES = 10
+# Where journald keeps the local journal (persistent, volatile); a test points it elsewhere.
+LOCAL_DIRS = _LOCAL_DIRS
 
 
 class JournalFollower:
     def __init__(self, kind: str, paths: list[Path], units: tuple[str, ...], since_us: int | None) -> None:
-        self.source = JournalSource(kind, paths)  # type: ignore[arg-type]  # its checks, same messages
-        if self.source.reader != "python-systemd":
+        if not python_systemd_available():
             raise SourceError("watch follows the journal through python-systemd, which is not installed")
-        self.kind, self.dir = kind, paths[0] if kind == "directory" else None
-        self.name = self.source.label
+        self.kind, self.paths = kind, paths
+        self.dir = paths[0] if kind == "directory" else None
         self.selection = Selection(window=Window(since_us=since_us), units=units)
         self.cursor: str | None = None
-        self.files = list(self.source.files)
+        self.source: JournalSource | None = None
+        self.files: list[Path] = []
+        self._open_tries = 0
+        if self.dir is not None and _empty_collection(self.dir):
+            self.name = f"journal:{self.dir.resolve()}"  # JournalSource's label: the state key's name
+        else:
+            self._open_source()
+            if kind == "local" and not any(journal_files(d) for d in LOCAL_DIRS if d.is_dir()):
+                raise SourceError(
+                    f"no local journal: no journal file in {' or '.join(map(str, LOCAL_DIRS))}; "
+                    "follow a collection with -D DIR, a file with --journal-file or a log with --file"
+                )
         self._j: Any = None
         self._polls = 0
         self._watching = False
         self.more = False  # the last poll stopped at its limit: poll again at once
         self._progress = memoryview(bytearray(16)).cast("q")  # read_entries counts entries here
+
+    def _open_source(self) -> None:
+        self.source = JournalSource(self.kind, self.paths)  # type: ignore[arg-type]  # its checks, same messages
+        self.name = self.source.label
+        self.files = list(self.source.files)
+
+    @property
+    def waiting(self) -> bool:
+        """No journal file to follow yet (the directory is listed every poll)."""
+        return self.source is None
 
     def restore(self, state: dict[str, Any] | None) -> None:
         self.cursor = (state or {}).get("cursor")
@@ -64,7 +99,27 @@ class JournalFollower:
     def state(self) -> dict[str, Any]:
         return {"cursor": self.cursor}
 
+    def describe(self) -> str:
+        """What is followed and from where, for the watch's first line."""
+        if self.kind == "local":
+            what = "the local journal"
+        elif self.dir is not None:
+            what = f"the journal directory {self.dir}"
+            if self.waiting:
+                what += " (no journal file in it yet: waiting for the first)"
+        else:
+            what = f"the journal file{'s' * (len(self.paths) > 1)} {', '.join(map(str, self.paths))}"
+        since = self.selection.window.since_us
+        if self.cursor:
+            where = "where the last run stopped"
+        elif since is not None:
+            where = _iso(since)
+        else:
+            where = "its start"
+        return f"{what}, units {','.join(self.selection.units)}, from {where}"
+
     def _reopen(self) -> None:
+        assert self.source is not None
         if self._j is not None:
             self._j.close()
         self.source.files = self.files
@@ -80,6 +135,8 @@ class JournalFollower:
 
     def poll(self) -> RecordBatch:
         self._polls += 1
+        if self.source is None and not self._first_file():
+            return RecordBatch()
         if self.dir is not None and self._polls % _RELIST_POLLS == 0:
             found = journal_files(self.dir)
             if found != self.files:
@@ -106,10 +163,43 @@ class JournalFollower:
         self.cursor = raw["__CURSOR"][-1]
         return journal_records(raw, self.selection, source=self.name)
 
+    def _first_file(self) -> bool:
+        """While the directory has no journal file: list it; True once one appeared and opened."""
+        assert self.dir is not None
+        if not journal_files(self.dir):
+            return False
+        try:
+            self._open_source()
+            self._reopen()
+        except SourceError:
+            self._open_tries += 1
+            if self._open_tries >= _FIRST_OPEN_TRIES:
+                raise
+            self.source = None  # still being created: the next poll tries again
+            return False
+        return True
+
     def close(self) -> None:
         if self._j is not None:
             self._j.close()
             self._j = None
+
+
+def _empty_collection(d: Path) -> bool:
+    """A readable directory with no journal file yet; anything else gets JournalSource's checks."""
+    if not (d.is_dir() and os.access(d, os.R_OK | os.X_OK)):
+        return False
+    try:
+        subdirs = [s for s in d.iterdir() if s.is_dir()]
+    except OSError:
+        return False
+    return all(os.access(s, os.R_OK | os.X_OK) for s in subdirs) and not journal_files(d)
+
+
+def _iso(t_us: int) -> str:
+    from pdforensics.verdict import iso
+
+    return iso(t_us) or ""
 
 
 def _open_reader(source: JournalSource) -> Any:
@@ -171,6 +261,18 @@ class FileFollower:
             return
         self.ident = tuple(state["ident"])  # type: ignore[assignment]
         self.key, self.offset = state["key"], int(state["offset"])
+
+    @property
+    def waiting(self) -> bool:
+        """Not opened yet and not there (tail -F: it is followed once it appears)."""
+        return self._f is None and not self.path.exists()
+
+    def describe(self) -> str:
+        """What is followed and from where, for the watch's first line."""
+        if self.waiting:
+            return f"{self.path} (not there yet: waiting for it)"
+        where = f"byte {self.offset}, where the last run stopped" if self.ident else "its start"
+        return f"{self.path}, from {where}"
 
     def state(self) -> dict[str, Any]:
         return {"ident": list(self.ident) if self.ident else None, "key": self.key, "offset": self.offset}

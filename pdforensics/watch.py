@@ -54,6 +54,13 @@ STATE_PREFIX = "watch_state:"
 EXEC_TIMEOUT_S = 30.0
 # Buffered lines beyond which following pauses until the database can be written again.
 MAX_PENDING_LINES = 500_000
+# LiveFold.timeout_source, as the start line says it
+TIMEOUT_FROM = {
+    "operator (--watchdog-timeout)": "--watchdog-timeout",
+    "armed line": "the logs' `inflight watchdog armed` line",
+    "firing lines": "a watchdog firing's `stalled >Ns`",
+    "default": "the default until an armed or a firing line gives the deployment's",
+}
 
 
 @dataclass
@@ -103,6 +110,8 @@ class Watcher:
         self.stop = False
         self.metrics: Any = None
         self.listening: tuple[str, int] | None = None
+        self.awaited: list[Follower] = []  # followed paths not there yet: said when they appear
+        self.timeout_said: tuple[float, str] | None = None
 
     # ------------------------------------------------------------------ start
 
@@ -131,10 +140,46 @@ class Watcher:
             self.metrics = WatchMetrics()
             if self.cfg.listen:
                 self.listening = self.metrics.serve(self.cfg.listen)
+        self.awaited = [f for f in self.cfg.followers if f.waiting]
+        self.timeout_said = (self.fold.timeout_s, self.fold.timeout_source)
+        _warn(self.start_line())
         # raised before a kill, not delivered yet
         for a in list(self.fold.raised.values()):
             if a["id"] not in self.delivered:
                 self._deliver(a)
+
+    def start_line(self) -> str:
+        """What is followed and from where, the timeout and its source, the clock, the metrics."""
+        follows = "; ".join(f.describe() for f in self.cfg.followers)
+        timeout = f"timeout {self.fold.timeout_s:g} s ({TIMEOUT_FROM[self.fold.timeout_source]})"
+        clock = (
+            "wall (deadlines also pass while the logs are quiet)"
+            if self.cfg.wall_clock
+            else "log (the newest line's time)"
+        )
+        metrics = []
+        if self.listening:
+            host, port = self.listening
+            metrics.append(f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics")
+        if self.cfg.textfile:
+            metrics.append(f"textfile {self.cfg.textfile}")
+        return (f"following {follows}; into {self.cfg.db}; {timeout}, grace {self.fold.grace_s:g} s; "
+                f"clock: {clock}; metrics: {', '.join(metrics) or 'none (--listen, --textfile)'}")  # fmt: skip
+
+    def _say_changes(self) -> None:
+        """A followed path that appeared, a timeout the logs changed: one line each."""
+        for f in [f for f in self.awaited if not f.waiting]:
+            self.awaited.remove(f)
+            if isinstance(f, JournalFollower):
+                _warn(
+                    f"{f.dir}: its first journal file appeared ({', '.join(p.name for p in f.files)}): following it"
+                )
+            else:
+                _warn(f"{f.path} appeared: following it")
+        now = (self.fold.timeout_s, self.fold.timeout_source)
+        if now != self.timeout_said:
+            self.timeout_said = now
+            _warn(f"timeout now {now[0]:g} s ({TIMEOUT_FROM[now[1]]})")
 
     def _load_delivered(self) -> None:
         if not self.alert_log.exists():
@@ -180,6 +225,7 @@ class Watcher:
             batches = [f.poll() for f in self.cfg.followers]
             more = any(f.more for f in self.cfg.followers)
             self._fold(batches)
+            self._say_changes()
         now = self.fold.newest_us or 0
         if self.cfg.wall_clock:
             now = max(now, self.cfg.clock())

@@ -170,6 +170,55 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], line: str) -> Non
         assert "╭" not in out.stderr and "Try '" not in out.stderr
 
 
+def _runs(db: Path) -> list[tuple[int, str]]:
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute("SELECT ingest_id, status FROM ingests ORDER BY ingest_id").fetchall()
+    finally:
+        con.close()
+
+
+TZ_COMMANDS = ("ingest", "watch")
+
+
+def test_every_command_taking_tz_is_tested_below() -> None:
+    import typer
+
+    from pdforensics.cli import app
+
+    group = typer.main.get_command(app)
+    taking = {n for n, c in group.commands.items() if any(p.name == "tz" for p in c.params)}  # type: ignore[attr-defined]
+    assert taking == set(TZ_COMMANDS)
+
+
+@pytest.mark.parametrize("command", TZ_COMMANDS)
+def test_a_bad_tz_is_a_usage_error_before_the_database_is_opened(tmp_path: Path, command: str) -> None:
+    """Issue 28 item 5: --tz is checked as the command line is parsed: exit 2, one line naming the
+    closest zone, and no run added to the database (a zone met mid-ingest left an `interrupted` one)."""
+    log = tmp_path / "prefill.log"
+    log.write_text("[2026-11-29 10:00:00] Prefill batch, #new-seq: 1, #inflight-req: 0\n")
+    db = tmp_path / "a.duckdb"
+    assert run("ingest", "--db", str(db), "--file", str(log), "-q").returncode == 0
+    once = ["--once"] if command == "watch" else []
+    proc = run(command, "--db", str(db), "--file", str(log), "--tz", "Asia/Shangai", *once)
+    assert_one_line_error(proc, 2, "--tz: unknown time zone 'Asia/Shangai' (did you mean Asia/Shanghai?)")
+    assert _runs(db) == [(1, "complete")]
+
+
+@pytest.mark.parametrize("zone", ["local", "Z", "utc"])
+def test_tz_local_and_z_are_read_by_every_reader(tmp_path: Path, zone: str) -> None:
+    """`--tz local` passed the check and then failed the parser (exit 70, an `interrupted` run);
+    `Z`, which --since reads as UTC, was refused with 'did you mean NZ?'."""
+    log = tmp_path / "prefill.log"
+    log.write_text("[2026-11-29 10:00:00] Prefill batch, #new-seq: 1, #inflight-req: 0\n")
+    db = tmp_path / "a.duckdb"
+    proc = run("ingest", "--db", str(db), "--file", str(log), "--tz", zone, "--since", "2026-11-29", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert _runs(db) == [(1, "complete")]
+
+
 def test_dash_h_is_help_and_version_prints_the_version() -> None:
     from pdforensics import __version__
 
@@ -195,7 +244,18 @@ def _option_help(command: str) -> dict[str, str]:
     }
 
 
-COMMANDS = ("ingest", "verdict", "timeline", "simulate", "report", "sql", "export", "demo", "catalog")
+COMMANDS = (
+    "ingest",
+    "verdict",
+    "timeline",
+    "simulate",
+    "report",
+    "sql",
+    "export",
+    "demo",
+    "catalog",
+    "watch",
+)
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -421,3 +422,108 @@ def test_a_silent_pin_alert_without_a_decode_rid_does_not_print_none() -> None:
     }  # fmt: skip
     assert "decode_rid" not in human(alert) and "None" not in human(alert)
     assert "rid=p1 decode_rid=d1 dwell=70.0s" in human({**alert, "decode_rid": "d1"})
+
+
+# ------------------------------------------------------------------ a watch that talks (issue 28 item 4)
+
+
+def _once(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pdforensics", "watch", "--db", str(tmp_path / "w.duckdb"), *args, "--once", "--json"],
+        capture_output=True, text=True, cwd=REPO, check=False,
+    )  # fmt: skip
+
+
+def test_the_first_line_says_what_from_where_timeout_clock_and_metrics(tmp_path: Path) -> None:
+    journal = tmp_path / "j.journal"
+    append_journal(journal, traffic(20))
+    args = ("--journal-file", str(journal), "--listen", "127.0.0.1:0", "--textfile", str(tmp_path / "w.prom"))
+    first = _once(tmp_path, *args, *ARGS)
+    assert first.returncode in (0, 3), first.stderr
+    line = first.stderr.splitlines()[0]
+    assert line.startswith(
+        f"pdforensics watch: following the journal file {journal}, units sglang*, from its start; "
+    )
+    assert f"into {tmp_path / 'w.duckdb'}; timeout 5 s (--watchdog-timeout), grace 10 s; " in line
+    assert "clock: log (the newest line's time); " in line
+    assert re.search(
+        rf"metrics: http://127\.0\.0\.1:\d+/metrics, textfile {re.escape(str(tmp_path))}/w\.prom$", line
+    )
+    again = _once(tmp_path, *args, *ARGS)  # a restart: from the stored position
+    assert ", units sglang*, from where the last run stopped; " in again.stderr.splitlines()[0], again.stderr
+    (tmp_path / "x").mkdir()
+    wall = _once(tmp_path / "x", "--journal-file", str(journal), "--clock", "wall", "--since", "@1796000000")
+    line = wall.stderr.splitlines()[0]
+    assert ", from 2026-11-30T00:53:20Z; " in line and "clock: wall" in line, wall.stderr
+    assert "metrics: none (--listen, --textfile)" in line
+
+
+def test_a_timeout_the_logs_give_is_said_when_it_replaces_the_default(tmp_path: Path) -> None:
+    journal = tmp_path / "j.journal"
+    append_journal(journal, [Line(T0 - S, "prefill", armed(TIMEOUT_S)), *traffic(20)])
+    proc = _once(tmp_path, "--journal-file", str(journal))
+    said = proc.stderr.splitlines()
+    assert "timeout 300 s (the default until an armed or a firing line gives the deployment's)" in said[0]
+    assert said[1] == "pdforensics watch: timeout now 5 s (the logs' `inflight watchdog armed` line)", said
+    restarted = _once(tmp_path, "--journal-file", str(journal))  # the fold's stored state knows it
+    assert "timeout 5 s (the logs' `inflight watchdog armed` line)" in restarted.stderr.splitlines()[0]
+    assert "timeout now" not in restarted.stderr
+
+
+def test_a_file_not_there_yet_is_waited_for_and_said(tmp_path: Path) -> None:
+    log, db = tmp_path / "prefill.log", tmp_path / "w.duckdb"
+    lines = [x for x in traffic(40, pin=PIN) if x.engine == "prefill"]
+    watch = start_watch(tmp_path, db, "--file", str(log), "--tz", "UTC", "--host", "gpu-a", *ARGS)
+    try:
+        assert f"following {log} (not there yet: waiting for it); " in watch.wait_said("following")
+        append_plain(log, lines)
+        watch.wait_lines(len(lines))
+        assert watch.wait_said("appeared") == f"pdforensics watch: {log} appeared: following it"
+    finally:
+        assert watch.stop() == 0
+    assert [a["alert"] for a in watch.alerts()] == ["silent_pin"]
+
+
+def test_an_empty_journal_remote_collection_is_waited_on_until_its_first_file(tmp_path: Path) -> None:
+    """A new journal-remote collection starts empty: the watch says it waits for the first file
+    (it exited 3 before), then follows the file journal-remote creates there."""
+    remote, db = tmp_path / "remote", tmp_path / "w.duckdb"
+    remote.mkdir()
+    lines = traffic(40, pin=PIN)
+    watch = start_watch(tmp_path, db, "-D", str(remote), *ARGS)
+    try:
+        said = watch.wait_said("following")
+        assert f"the journal directory {remote} (no journal file in it yet: waiting for the first)" in said
+        watch.wait_for("a poll of the empty directory", lambda st: st.get("polls", 0) >= 2)
+        append_journal(remote / "remote-gpu-a.journal", lines)
+        watch.wait_lines(len(lines))
+        assert watch.wait_said("appeared") == (
+            f"pdforensics watch: {remote}: its first journal file appeared (remote-gpu-a.journal): following it"
+        )
+    finally:
+        assert watch.stop() == 0
+    assert [a["alert"] for a in watch.alerts()] == ["silent_pin"]
+    assert db_rows(db, "SELECT count(*) FROM lines") == [(len(lines),)]
+
+
+def test_no_local_journal_is_one_line_and_exit_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from pdforensics import follow
+    from pdforensics.cli import app
+
+    empty = tmp_path / "var-log-journal"
+    (empty / "0123456789abcdef").mkdir(parents=True)  # journald's machine-id folder, no file in it
+    monkeypatch.setattr(follow, "LOCAL_DIRS", (empty, tmp_path / "run-log-journal"))
+    db = tmp_path / "w.duckdb"
+    # --once: a watch that did not check would run its pass and exit, not follow forever
+    res = CliRunner().invoke(app, ["watch", "--db", str(db), "--once"], env={"PDFORENSICS_DEBUG": ""})
+    assert res.exit_code == 3, res.output
+    assert res.stderr.splitlines() == [
+        f"pdforensics: no local journal: no journal file in {empty} or {tmp_path / 'run-log-journal'}; "
+        "follow a collection with -D DIR, a file with --journal-file or a log with --file"
+    ]
+    assert not db.exists()  # said before anything was opened
+    append_journal(empty / "0123456789abcdef" / "system.journal", traffic(2))  # now there is one
+    (local,) = build_followers(None, None, None, ("sglang*",), None, None)
+    assert local.describe() == "the local journal, units sglang*, from its start"

@@ -162,11 +162,26 @@ class WatchProc:
         return [json.loads(x) for x in self.out.read_text().splitlines() if x.startswith("{")]
 
     def stderr(self) -> str:
-        return (
-            (self.status.parent / (self.status.name + ".err")).read_text()
-            if self.proc.poll() is not None
-            else ""
-        )
+        return self.said() if self.proc.poll() is not None else ""
+
+    def said(self) -> str:
+        """What the watch has written on stderr so far (each line flushed as it is said)."""
+        return (self.status.parent / (self.status.name + ".err")).read_text()
+
+    def wait_said(self, needle: str, timeout: float = WAIT_S) -> str:
+        """Until the watch has said a line containing `needle` on stderr; returns that line."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            exited = self.proc.poll() is not None  # before reading: a last line is still read
+            line = next((x for x in self.said().splitlines() if needle in x), None)
+            if line is not None:
+                return line
+            if exited:
+                raise AssertionError(
+                    f"watch exited {self.proc.returncode} before saying {needle!r}: {self.said()}"
+                )
+            time.sleep(0.05)
+        raise AssertionError(f"watch did not say {needle!r} within {timeout}s: {self.said()}")
 
     def kill(self) -> None:
         if self.proc.poll() is None:
