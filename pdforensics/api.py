@@ -18,6 +18,7 @@ from pdforensics.sources import Selection, Source, Window
 from pdforensics.timewindow import parse_instant, parse_window
 
 if TYPE_CHECKING:
+    from pdforensics.compare import Comparison, Side
     from pdforensics.ingest import IngestSummary
     from pdforensics.verdict import Verdict, VerdictOptions
 
@@ -208,6 +209,53 @@ def run_verdict(
         con.close()
 
 
+def window_range(option: str, text: str | None) -> tuple[str | None, str | None]:
+    """`A..B` as (since, until); either end may be left out (`A..`: to the last line)."""
+    if text is None:
+        return None, None
+    since, sep, until = text.partition("..")
+    if not sep or not (since.strip() or until.strip()):
+        raise UsageError(
+            f"{option} {text!r}: give a window as WHEN..WHEN, e.g. '2026-11-29 10:00..2026-11-29 11:00'"
+        )
+    return since.strip() or None, until.strip() or None
+
+
+def run_compare(
+    db: Path, before: str | None, after: str | None, before_db: Path | None, after_db: Path | None,
+    watchdog_timeout: float | None, grace: float | None, now_us: int,
+) -> Comparison:  # fmt: skip
+    """Two windows judged by the same options: of one database (`before`, `after`: WHEN..WHEN), or
+    of two (`before_db`, `after_db`: each over its last ingest's window unless one is given)."""
+    from pdforensics.compare import compare_sides
+
+    if (before_db is None) != (after_db is None):
+        raise UsageError("--before-db and --after-db go together: give both")
+    if before_db is None and (before is None or after is None):
+        raise UsageError("give --before and --after windows (WHEN..WHEN), or --before-db and --after-db")
+    sides = [
+        judge_path(path, *window_range(option, text), watchdog_timeout, grace, now_us)
+        for option, text, path in (("--before", before, before_db or db), ("--after", after, after_db or db))
+    ]
+    return compare_sides(*sides)
+
+
+def judge_path(
+    db: Path, since: str | None, until: str | None, watchdog_timeout: float | None, grace: float | None,
+    now_us: int,
+) -> Side:  # fmt: skip
+    """One side of a comparison: the window of `db` (its last ingest's when no bound is given)."""
+    from pdforensics.compare import judge_side
+
+    since_us, until_us = _window_us(since, until, now_us)
+    con = store.open_db(db, read_only=True)
+    try:
+        opts = with_unit_environment(con, verdict_options(since_us, until_us, watchdog_timeout, grace))
+        return judge_side(con, opts, db=str(db))
+    finally:
+        con.close()
+
+
 ENGINES = ("duckdb", "spark")
 
 
@@ -338,15 +386,27 @@ def next_commands(incident: Path, db: Path, journal_remote: Path | None = None) 
 
 def run_report(
     db: Path, out: Path, since: str | None, until: str | None, watchdog_timeout: float | None,
-    grace: float | None, show_prompts: bool, now_us: int,
+    grace: float | None, show_prompts: bool, now_us: int, compare: str | None = None,
+    compare_db: Path | None = None,
 ) -> Path:  # fmt: skip
-    from pdforensics.report import write_report
+    """The report of the window; with `compare` (WHEN..WHEN) and/or `compare_db`, a section setting
+    that window (the before side) beside this one (pdforensics.compare)."""
+    from pdforensics.report import check_out, write_report
 
     since_us, until_us = _window_us(since, until, now_us)
+    comparison = None
+    if compare is not None or compare_db is not None:
+        from pdforensics.compare import compare_sides
+
+        check_out(out)  # before the work, as write_report does
+        before = judge_path(
+            compare_db or db, *window_range("--compare", compare), watchdog_timeout, grace, now_us
+        )
+        comparison = compare_sides(before, judge_path(db, since, until, watchdog_timeout, grace, now_us))
     con = store.open_db(db, read_only=True)
     try:
         opts = with_unit_environment(con, verdict_options(since_us, until_us, watchdog_timeout, grace))
-        return write_report(con, out, opts, show_prompts=show_prompts)
+        return write_report(con, out, opts, show_prompts=show_prompts, comparison=comparison)
     finally:
         con.close()
 

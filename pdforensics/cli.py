@@ -392,6 +392,63 @@ def timeline(
     print_timeline(run_timeline(db, request, watchdog_timeout, grace), as_json=json_out)
 
 
+WINDOW_RANGE = "WHEN..WHEN"
+
+
+@app.command(
+    epilog=example("pdforensics compare --before-db old.duckdb --after-db fixed.duckdb --watchdog-timeout 60")
+)
+def compare(
+    db: DbOpt = DEFAULT_DB,
+    before: Annotated[
+        str | None,
+        typer.Option(
+            metavar=WINDOW_RANGE,
+            help="The window before the fix (either end may be left out). "
+            "[default: with --before-db, its last ingest's window]",
+        ),
+    ] = None,
+    after: Annotated[
+        str | None,
+        typer.Option(
+            metavar=WINDOW_RANGE,
+            help="The window after the fix. [default: with --after-db, its last ingest's window]",
+        ),
+    ] = None,
+    before_db: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", readable=False, help="The database of the window before. [default: --db]"
+        ),
+    ] = None,
+    after_db: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", readable=False, help="The database of the window after. [default: --db]"
+        ),
+    ] = None,
+    watchdog_timeout: TimeoutOpt = None,
+    grace: GraceOpt = None,
+    json_out: JsonOpt = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="One monitoring-plugin line; exit 2 when a measure is worse after, 3 when the two "
+            "windows' evidence differs (nothing judged), else 0.",
+        ),
+    ] = False,
+) -> None:
+    """Did the fix work? Two windows judged by the same rules, side by side, each rate's change tested."""
+    from pdforensics.api import run_compare
+    from pdforensics.compare import check_code, print_compare
+
+    result = run_compare(db, before, after, before_db, after_db, watchdog_timeout, grace, now_us=_now_us())
+    print_compare(result, as_json=json_out, check=check)
+    if check:
+        raise typer.Exit(check_code(result))
+
+
 # ------------------------------------------------------------------ simulate
 
 
@@ -452,11 +509,28 @@ def report(
     show_prompts: Annotated[
         bool, typer.Option("--show-prompts", help="Keep prompt text. [default: prompts redacted]")
     ] = False,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            metavar=WINDOW_RANGE,
+            help="Add a Before and after section: this window beside that "
+            "one (see `pdforensics compare`). [default: none; with --compare-db, its last ingest's]",
+        ),
+    ] = None,
+    compare_db: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", readable=False, help="The database of the --compare window. [default: --db]"
+        ),
+    ] = None,
 ) -> None:
     """Write a self-contained HTML incident report (opens offline)."""
     from pdforensics.api import run_report
 
-    path = run_report(db, out, since, until, watchdog_timeout, grace, show_prompts, now_us=_now_us())
+    path = run_report(
+        db, out, since, until, watchdog_timeout, grace, show_prompts, now_us=_now_us(), compare=compare,
+        compare_db=compare_db,
+    )  # fmt: skip
     typer.echo(f"wrote {path}")
 
 

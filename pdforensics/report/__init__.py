@@ -21,6 +21,7 @@ from pdforensics.report.data import Limits
 if TYPE_CHECKING:
     import duckdb
 
+    from pdforensics.compare import Comparison
     from pdforensics.verdict import VerdictOptions
 
 __all__ = ["Limits", "build_model", "write_report"]
@@ -46,17 +47,42 @@ def write_report(
     opts: VerdictOptions,
     show_prompts: bool = False,
     limits: Limits | None = None,
+    comparison: Comparison | None = None,
 ) -> Path:
-    """Write the report for the window `opts` selects to `out` (atomically) and return `out`."""
+    """Write the report for the window `opts` selects to `out` (atomically) and return `out`; with
+    `comparison` (pdforensics.compare, this window its after side), a Before and after section."""
     from pdforensics.report.html import render_page
 
     out = Path(out)
     check_out(out)  # before the work: a typo in --out must not cost the whole report
     model, figures = build_model(con, opts, show_prompts, limits or Limits())
+    if comparison is not None:
+        add_comparison(model, figures, comparison)
     page = render_page(model, figures, _plotly_js())
     with written_whole(out, name="--out ") as tmp:
         tmp.write_text(page, encoding="utf-8")
     return out
+
+
+def add_comparison(model: dict[str, Any], figs: dict[str, dict[str, Any]], cmp: Comparison) -> None:
+    """The comparison's part of the page: unequal evidence, the two floors on one axis, the changes."""
+    from pdforensics.report import data, figures
+
+    doc = cmp.to_json()
+    before, after = doc["before"], doc["after"]
+    model["compare"] = {
+        "unequal": doc["unequal_evidence"],
+        "before": f"{before['window']['start']} → {before['window']['end']} ({before['db']}): "
+        f"{before['verdict']}, {before['evidence_level']}",
+    }
+    figs["compare"] = figures.compare_floor(
+        before["inflight_floor"].get("histogram", []), after["inflight_floor"].get("histogram", [])
+    )
+    cols = [("metric", "measure", "text"), ("unit", "unit", "text"), ("before_count", "before (events)", "num"),
+            ("after_count", "after (events)", "num"), ("before", "before (rate)", "num"),
+            ("after", "after (rate)", "num"), ("p", "p", "text"), ("judgement", "judgement", "text")]  # fmt: skip
+    rows = [c | {"p": "-" if c["p_value"] is None else f"{c['p_value']:.3g}"} for c in doc["changes"]]
+    model["tables"].append(data.table("compare", "Changes", cols, rows, room=None))
 
 
 def check_out(out: Path) -> None:

@@ -354,3 +354,30 @@ def gantt(
     fig.update_yaxes(type="category", categoryorder="array", categoryarray=labels, range=[len(labels) - 0.5, -0.5],
                      tickfont={"family": "ui-monospace, monospace", "size": 11}, showgrid=True, gridcolor="#f4f6f9")  # fmt: skip
     return fig.to_plotly_json()
+
+
+# ------------------------------------------------------------------ before and after (compare)
+
+
+def compare_floor(before: list[list[int]], after: list[list[int]]) -> dict[str, Any]:
+    """The inflight floor's distribution in two windows on one axis: the share of each window's
+    batch lines at each floor (shares, not counts: the windows may differ in length and load)."""
+    data = []
+    for name, hist, color in (("before", before, "#8a94a3"), ("after", after, "#0b61c4")):
+        total = sum(n for _, n in hist) or 1
+        data.append({
+            "type": "bar", "name": f"{name} ({total:,} batch lines)", "x": [f for f, _ in hist],
+            "y": [n / total for _, n in hist], "marker": {"color": color},
+            "hovertemplate": f"{name}: floor %{{x}}: %{{y:.1%}} of batch lines<extra></extra>",
+        })  # fmt: skip
+    layout = _base_layout(320)
+    layout |= {
+        "barmode": "group",
+        "xaxis": {
+            "title": {"text": "inflight floor (#inflight-req − #new-seq)"},
+            "dtick": 1,
+            "rangemode": "tozero",
+        },
+        "yaxis": {"title": {"text": "share of batch lines"}, "tickformat": ".0%", "rangemode": "tozero"},
+    }
+    return {"data": data, "layout": layout}

@@ -197,6 +197,23 @@ def _panels(model: dict[str, Any], gantt_note: str) -> str:
     )
 
 
+def _compare(c: dict[str, Any]) -> str:
+    """`report --compare`: this window (after) beside the one before (pdforensics.compare)."""
+    unequal = "".join(f"<li>{escape(u)}</li>" for u in c["unequal"])
+    warn = (
+        f'<div class="err"><b>Not comparable: no change is judged across unequal evidence.</b><ul>{unequal}</ul></div>'
+        if unequal
+        else ""
+    )
+    return (
+        '<section id="compare"><h2>Before and after</h2>'
+        f'<div class="muted">This window (after) beside {escape(c["before"])}. Rates per 1,000 requests '
+        "(restarts per hour), each change tested with the exact test for two Poisson rates (p &lt; 0.05).</div>"
+        f'{warn}<div id="fig-compare" class="plot"></div>'
+        '<h3 id="h-compare">Changes</h3><div class="tbl" id="tbl-compare"></div></section>'
+    )
+
+
 def _empty(text: str) -> str:
     return f'<section id="empty" class="nothing"><h2>Nothing to show</h2><p>{escape(text)}</p></section>'
 
@@ -211,6 +228,7 @@ def render_page(model: dict[str, Any], figures: dict[str, dict[str, Any]], plotl
     js = (ASSETS / "report.js").read_text()
     gantt_note = escape(model.get("gantt_note", ""))
     body = _empty(model["empty"]) if model.get("empty") else _panels(model, gantt_note)
+    body = _compare(model["compare"]) + body if model.get("compare") else body
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

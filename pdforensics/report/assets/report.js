@@ -373,6 +373,7 @@
     plot("fig-timeline", "pdf-fig-timeline");
     performance.mark("pdf-timeline");
     plot("fig-gantt", "pdf-fig-gantt");
+    plot("fig-compare", "pdf-fig-compare");  // report --compare only
     performance.mark("pdf-gantt");
     (DATA.tables || []).forEach(function (spec) {
       var host = document.getElementById("tbl-" + spec.id);
