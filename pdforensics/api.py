@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pdforensics import store
 from pdforensics.errors import DatabaseError, UsageError
 from pdforensics.sources import Selection, Source, Window
-from pdforensics.timewindow import parse_instant, parse_window
+from pdforensics.timewindow import context_before_window_us, parse_instant, parse_window
 
 if TYPE_CHECKING:
     from pdforensics.compare import Comparison, Side
@@ -94,7 +94,13 @@ def run_ingest(
         raise UsageError(f"--parquet {parquet}: not a directory")
     window = checked_window(since, until, now_us, tz)
     lock_wait_s = ingest_lock_wait_s()
-    selection = Selection(window=window, units=tuple(units or ("sglang*",)))
+    # A window is read with its context: the lines before it the verdict reads (requests still
+    # open at its start) and each unit's incarnation start (the armed line, server_args).
+    windowed = window.since_us is not None
+    selection = Selection(
+        window=window, units=tuple(units or ("sglang*",)),
+        context_us=context_before_window_us(watchdog_timeout, grace) if windowed else 0, heads=windowed,
+    )  # fmt: skip
     catalog = load_catalog(catalogs or [], watchdog=watchdog_dialect)
     sources = build_sources(directories, journal_files, files, host)
     extent = journal_extent(sources)

@@ -79,6 +79,10 @@ class IngestSummary:
     source_stats: list[SourceStats] = field(default_factory=list)
     # How sources read their input where that varies (journal files: direct reader or python-systemd, why)
     reading_notes: list[str] = field(default_factory=list)
+    # Context read before the window (Selection.context_us, .heads): how far, and the lines stored
+    # from the units' incarnation starts before it
+    context_s: float = 0.0
+    head_lines: int = 0
 
     @property
     def lines_per_s(self) -> float:
@@ -291,6 +295,8 @@ def _ingest(
     from pdforensics.ingest_jobs import collection_plan, read_collection  # it builds on this module
 
     batch_size, progress, mirror = run.batch_size, run.progress, run.mirror
+    read = selection.reading()  # the window and the context before it
+    summary.context_s = selection.context_us / 1e6 if read is not selection else 0.0
     collection = collection_plan(sources, run.jobs)
     try:
         if mirror is not None:
@@ -299,16 +305,17 @@ def _ingest(
         # writes and compresses; a second DuckDB thread only contends with the parse (measured at
         # 1M lines: 0.1-1.5 s less CPU, docs/benchmark.md "session 9").
         with store.bulk_load(con, INGEST_MEMORY_LIMIT, threads=1):
+            next_id = _store_heads(con, ingest_id, sources, read, opts, next_id, summary, context, mirror)
             if collection is not None:
                 commit = partial(_commit, con, ingest_id, summary=summary, context=context, remap={},
                                  progress=progress, mirror=mirror)  # fmt: skip
-                read_collection(con, collection, selection, opts, batch_size, next_id, commit)
+                read_collection(con, collection, read, opts, batch_size, next_id, commit)
             else:
                 for src in sources:
-                    _plan_resume(con, src, selection)
-                batches = _batches(sources, selection, batch_size)
+                    _plan_resume(con, src, read)
+                batches = _batches(sources, read, batch_size)
                 _pipeline(
-                    con, ingest_id, batches, selection.window, opts, carry, next_id, summary, context,
+                    con, ingest_id, batches, read.window, opts, carry, next_id, summary, context,
                     progress, mirror, overlap=run.jobs != 1,
                 )  # fmt: skip
         status = "complete"
@@ -344,6 +351,34 @@ def _ingest(
         mirror.finish(con)
     _fill_breakdown(con, summary)
     return summary
+
+
+def _store_heads(
+    con: duckdb.DuckDBPyConnection,
+    ingest_id: int,
+    sources: list[Source],
+    read: Selection,
+    opts: ParseOptions,
+    next_id: int,
+    summary: IngestSummary,
+    context: _Context,
+    mirror: ParquetMirror | None,
+) -> int:
+    """Store the units' incarnation starts before the reading window (JournalSource.context_heads)
+    ahead of the window's lines; returns the next free line_id. Parsed on their own (a fresh
+    carry: no continuation links across the hours between them and the window)."""
+    if read.window.since_us is None or not read.heads:
+        return next_id
+    journals = [s for s in sources if isinstance(s, JournalSource)]
+    batches = (b for src in journals for b in src.context_heads(read))
+    before = summary.stored
+    _pipeline(
+        con, ingest_id, batches, Window(None, read.window.since_us), opts, StreamCarry(), next_id,
+        summary, context, None, mirror, overlap=False,
+    )  # fmt: skip
+    summary.head_lines = summary.stored - before
+    context.records = context.ids = None  # parse context for the window is its own
+    return store.next_line_id(con)
 
 
 # Stored records kept as parse context for new records that follow them (see _Context).

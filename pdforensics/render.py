@@ -87,6 +87,13 @@ def print_ingest_summary(s: IngestSummary) -> None:
     )
     for note in s.reading_notes:
         con.print(f"  {note}", markup=False)
+    if s.context_s:
+        heads = f"{s.head_lines:,} lines of the units' incarnation starts and " if s.head_lines else ""
+        con.print(
+            f"  context: {heads}the {s.context_s / 60:g} min before --since were read as well "
+            "(the verdict reads them for what they say of the window, never judges them)",
+            markup=False,
+        )
     unmatched = s.unmatched_units
     if unmatched:
         present = s.units_present

@@ -55,6 +55,21 @@ _ABSOLUTE = re.compile(
 )
 
 
+# How far before a window its context reaches, as the views read it (queries/views/01_context.sql,
+# `ctx_us`: 3 x (timeout + grace), at least 15 min; the timeout the operator states, else the
+# patch's default 300 s). An ingest of a window reads as far back, so the verdict finds there what
+# it looks for (tests/test_ingest_context.py checks the two agree).
+CONTEXT_MIN_S = 900.0
+DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_GRACE_S = 10.0
+
+
+def context_before_window_us(timeout_s: float | None, grace_s: float | None) -> int:
+    timeout = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+    grace = DEFAULT_GRACE_S if grace_s is None else grace_s
+    return int(max(CONTEXT_MIN_S, 3 * (timeout + grace)) * US_PER_S)
+
+
 def parse_instant(text: str, now_us: int, tz: str | None = None) -> int:
     """One instant as UTC µs. Raises UsageError naming the accepted forms."""
     zone = _zone(tz)  # a bad --tz is an error whatever the form

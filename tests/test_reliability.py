@@ -69,17 +69,20 @@ def cli(
 
 
 def cli_popen(
-    *args: str, env: dict[str, str] | None = None, batch: int | None = None
+    *args: str, env: dict[str, str] | None = None, batch: int | None = None, hold: bool = False
 ) -> subprocess.Popen[str]:
-    """The real CLI in a child process; with `batch`, ingest stores batches of that many records."""
+    """The real CLI in a child process; with `batch`, ingest stores batches of that many records.
+    `hold`: the ingest waits on its stdin (a pipe the test keeps open) once its run is recorded
+    complete, so a signal the test sends always finds it running."""
     full = {**os.environ, **(env or {})}
     full.pop("PDFORENSICS_DEBUG", None)
     cmd = [sys.executable, "-m", "pdforensics", *args]
     if batch is not None:
-        cmd = [sys.executable, "-c", _SMALL_BATCH_CLI, str(batch), *args]
+        cmd = [sys.executable, "-c", _SMALL_BATCH_CLI, str(batch), "hold" if hold else "-", *args]
     return subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=REPO
-    )
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=REPO,
+        stdin=subprocess.PIPE if hold else None,
+    )  # fmt: skip
 
 
 # `pdforensics ingest` stores 100k records per transaction; a killed run is only interesting when it
@@ -88,8 +91,14 @@ _SMALL_BATCH_CLI = """
 import functools, sys
 import pdforensics.ingest as ingest_module
 ingest_module.ingest = functools.partial(ingest_module.ingest, batch_size=int(sys.argv[1]))
+if sys.argv[2] == "hold":
+    views = ingest_module._install_views
+    def held(con):
+        sys.stdin.readline()
+        views(con)
+    ingest_module._install_views = held
 from pdforensics.cli import main
-sys.argv = ["pdforensics", *sys.argv[2:]]
+sys.argv = ["pdforensics", *sys.argv[3:]]
 main()
 """
 
@@ -414,7 +423,8 @@ def test_ctrl_c_keeps_committed_batches_and_says_so(tmp_path: Path, big: Big) ->
     rnd = random.Random(5)
     for i in range(3):
         db = tmp_path / f"int-{i}.duckdb"
-        child = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet", batch=BATCH)
+        # held once complete: the signal never lands in the interpreter's exit (killed, not 130)
+        child = cli_popen("ingest", "--db", str(db), *file_args(big), "--quiet", batch=BATCH, hold=True)
         wait_for_lock(db, child)
         time.sleep(rnd.uniform(0.1, 1.0) * big.store_s)
         child.send_signal(signal.SIGINT)

@@ -1437,3 +1437,37 @@ SCENARIOS["cri_split_records"] = Scenario(
     "(the shape of a CloudWatch CSV line) in the next record. The pins arrive at ~120 s and ~123 s "
     "and are held to the end (`silent_pin`); the journal holds the same lines whole.",
 )
+
+
+UP_FOR = 5 * 3600.0  # the deployment started this long before the incident's window
+LONG_RUNNING_END = UP_FOR + 330.0
+
+
+def build_long_running_watchdog_missed(w: World) -> Built:
+    """The operator's `ingest --since 6min` on a deployment up for hours (issue 28, item 1): the
+    armed line and server_args are 5 h before the window, which only the journal's indexes reach."""
+    pre, dec = _patched_pair(w, "dsv4-node-31", ip="10.0.31.1", watchdog_broken=True)
+    p = B.start_proc(w, pre, 2.0)
+    d = B.start_proc(w, dec, 3.0, ready_after=40.0)
+    B.traffic(w, pre, dec, d.t_ready + 2, LONG_RUNNING_END, rate=1 / 120)
+    for t in (UP_FOR + 100.3, UP_FOR + 101.6, UP_FOR + 103.0):  # held ~3.7 min; the watchdog never fires
+        _pinned(w, t, pre).pin = True
+    return Built(pre, dec, [p], [d])
+
+
+SCENARIOS["long_running_watchdog_missed"] = Scenario(
+    "long_running_watchdog_missed",
+    "A patched pair (0.5.18, watchdog armed at 60 s) started 5 h before the incident and has served light "
+    "traffic since; then three NIXL transfers hang for ~3.7 min and the watchdog never fires. The armed "
+    "line lies hours before `ingest --since 6min`: the ingest must reach it through the journal's indexes.",
+    build_long_running_watchdog_missed,
+    verdict="watchdog_missed",
+    evidence_level="L1",
+    watchdog_timeout_s=60,
+    watchdog_deployed=True,
+    duration_s=LONG_RUNNING_END,
+    notes="The units start at 2 s and 3 s (server_args, the armed line, `fired up`), then one request "
+    "every ~2 min for 5 h. The three rooms enter the inflight queue at ~18,100-18,103 s and are open at "
+    "the end (`silent_pin`). A journal ingest of the last 6 minutes stores, besides the window, the 15 "
+    "minutes before it and each unit's first entries: its verdict is the whole journal's.",
+)

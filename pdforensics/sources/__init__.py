@@ -49,6 +49,19 @@ class Selection:
 
     window: Window = field(default_factory=Window)
     units: tuple[str, ...] = ("sglang*",)
+    # How far before `window.since_us` lines are read as context (requests still open at its
+    # start, the gauge), and whether each unit's incarnation start is read too (journal sources:
+    # through the journal's indexes). Stored as lines before the window: the verdict reads them
+    # as context and never judges them (queries/views/00_params.sql, time_window).
+    context_us: int = 0
+    heads: bool = False
+
+    def reading(self) -> Selection:
+        """What the readers read: the window widened by its context."""
+        since = self.window.since_us
+        if since is None or not self.context_us:
+            return self
+        return Selection(Window(since - self.context_us, self.window.until_us), self.units, 0, self.heads)
 
 
 # Resume mark keys (rows of the database's `meta` table, "position detail"). A plain file read

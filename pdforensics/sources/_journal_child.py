@@ -54,6 +54,10 @@ class Unit:
     after: str | None = None  # restart: start after this cursor (the last one received)
     skip_at: int | None = None  # restart: read this many entries, then step over one
     units: str | None = None  # read only entries whose unit fields can match this regex (match_units)
+    # context: the start (and, when it ended, the end) of each selected unit's incarnation at this
+    # time, `head_entries` entries each, read through the invocation's index (read_heads)
+    heads_before_us: int | None = None
+    head_entries: int = 0
 
 
 @dataclass
@@ -183,6 +187,12 @@ class IsolatedReader:
         s.aborts += 1
         detail = f"{_death(rc)}{': ' + err if err else ''}"
         base = specs[unit]
+        if base.heads_before_us is not None:  # context only: the window is read on its own
+            s.done = True
+            yield Event(
+                ERROR, unit, text=f"journal reader died reading the context before the window ({detail})"
+            )
+            return
         if phase == PHASE_OPEN and not base.after and (base.since_us is not None or base.cursor):
             # Seeking (a bisection of the entry arrays) can abort where walking does not: read the
             # file from its start instead (the window is applied to every record anyway).
@@ -421,9 +431,12 @@ def _read_unit(out: IO[bytes], unit: dict[str, Any], request: dict[str, Any], pv
         _send(out, OPEN_FAILED, i, f"{e.errno or 0} {e.strerror or e}".encode())
         return
     try:
-        if unit["units"]:
-            match_units(j, unit["units"])
-        _read_open(out, j, unit, request, pv)
+        if unit["heads_before_us"] is not None:
+            read_heads(out, j, unit, request, pv)
+        else:
+            if unit["units"]:
+                match_units(j, unit["units"])
+            _read_open(out, j, unit, request, pv)
     finally:
         j.close()
     _send(out, DONE, i, b"")
@@ -460,6 +473,91 @@ def _read_open(out: IO[bytes], j: Any, unit: dict[str, Any], request: dict[str, 
         if error is not None:
             _send(out, ERROR, i, f"journal read stopped early: {error.strerror or error}".encode())
             return
+
+
+# The fields that name the process's own unit (the unit an SGLang line comes from).
+OWN_UNIT_FIELDS = ("_SYSTEMD_UNIT", "_SYSTEMD_USER_UNIT")
+TAIL_ENTRIES = 50  # of an incarnation that ended before the context: its stop lines
+HEAD_SPAN_US = 3_600_000_000  # an incarnation's start: its first hour at most (a big model loads in minutes)
+
+
+def current_invocations(j: Any, regex: str | None, before_us: int) -> list[bytes]:
+    """The invocation each selected unit was running just before `before_us`: the invocation id
+    of its last entry before that time (the unit's entry list, then one step back). A unit whose
+    every entry is later has none; a selection matching no unit (or `regex` None) takes every unit."""
+    rx = re.compile(regex) if regex else None
+    found: list[bytes] = []
+    for field in OWN_UNIT_FIELDS:
+        for value in j.query_unique(field):
+            if rx is not None and not rx.search(value.decode("utf-8", "replace")):
+                continue
+            j.flush_matches()
+            j.add_match(field.encode() + b"=" + value)
+            j.seek_realtime(max(before_us, 0))
+            if not j._previous():
+                continue
+            inv = _field(j, "_SYSTEMD_INVOCATION_ID")
+            if inv and inv not in found:
+                found.append(inv)
+    j.flush_matches()
+    return found
+
+
+def _match_invocation(j: Any, inv: bytes) -> None:
+    """The invocation's own entries and systemd's about it (Started, Stopped: INVOCATION_ID)."""
+    j.flush_matches()
+    j.add_match(b"_SYSTEMD_INVOCATION_ID=" + inv)
+    j.add_disjunction()
+    j.add_match(b"INVOCATION_ID=" + inv)
+
+
+def read_heads(out: IO[bytes], j: Any, unit: dict[str, Any], request: dict[str, Any], pv: memoryview) -> None:
+    """Context for a window: each selected unit's incarnation at `heads_before_us` from its first
+    `head_entries` entries of its first hour (server_args, the armed line, `fired up`), and its last TAIL_ENTRIES when it
+    ended before that time. Read through the journal's per-value entry lists: milliseconds, however
+    many hours before the window the unit started. Entries at or after `heads_before_us` are the
+    window read's; the parent drops them."""
+    i = unit["index"]
+    fields, before = tuple(request["fields"]), unit["heads_before_us"]
+    try:
+        invocations = current_invocations(j, unit["units"], before)
+    except OSError as e:
+        _send(out, ERROR, i, f"context before the window unreadable: {e.strerror or e}".encode())
+        return
+    _send(out, RESUMED, i, b"0")
+    pv[PHASE] = PHASE_READ
+    for inv in invocations:
+        _match_invocation(j, inv)
+        j.seek_head()
+        if not j._next():
+            continue
+        until = min(before, j._get_realtime() + HEAD_SPAN_US)
+        j.seek_cursor(j._get_cursor())  # the next entry is the first again
+        cursors, cols, _, error = read_entries(j, fields, unit["head_entries"], until, 1, pv)
+        if cursors:
+            _send(out, BLOCK, i, marshal.dumps((cursors, cols)))
+        pv[DONE_IN_BLOCK] = 0
+        if error is None and (tail := _ended_before(j, before)):
+            cursors, cols, _, error = read_entries(j, fields, tail, before, 1, pv)
+            if cursors:
+                _send(out, BLOCK, i, marshal.dumps((cursors, cols)))
+            pv[DONE_IN_BLOCK] = 0
+        if error is not None:
+            _send(out, ERROR, i, f"context before the window unreadable: {error.strerror or error}".encode())
+            return
+
+
+def _ended_before(j: Any, before_us: int) -> int:
+    """With the invocation matched: when its last entry is before `before_us`, position the reader
+    TAIL_ENTRIES back from it and say how many to read; else 0."""
+    j.seek_tail()
+    if not j._previous() or j._get_realtime() >= before_us:
+        return 0
+    n = 1
+    while n < TAIL_ENTRIES and j._previous():
+        n += 1
+    j.seek_cursor(j._get_cursor())  # the next entry is the first of the tail
+    return n
 
 
 def serve(request: dict[str, Any], out: IO[bytes]) -> None:

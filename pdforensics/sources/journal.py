@@ -41,7 +41,7 @@ from typing import Any, Literal
 import polars as pl
 
 from pdforensics.errors import SourceError
-from pdforensics.sources import JOURNAL_MARK, RecordBatch, Selection
+from pdforensics.sources import JOURNAL_MARK, RecordBatch, Selection, Window
 from pdforensics.sources import _journal_child as child
 from pdforensics.sources._common import JOURNAL_MAGIC, escape_expr, in_background, rejects_frame, split_batch
 from pdforensics.sources._journal_child import IsolatedReader, Unit
@@ -63,6 +63,10 @@ _UNTIL_CHECK = 1024  # entries between checks of the window's end (overshoot is 
 # Entries per python-systemd read block: a block is held as Python objects (~25 fields an entry)
 # until converted, so blocks stay small; ingest coalesces them into store-sized batches.
 BLOCK_ENTRIES = 16_384
+# Entries read from the start of each selected unit's incarnation before a window (context_heads):
+# SGLang's startup (server_args, per-rank loading, the armed line, `fired up`) fits in a few hundred
+# lines at TP8; a few thousand leave room for noisy ones.
+HEAD_ENTRIES = 3_000
 DIRECT_BLOCK = (
     16_384  # entries a block of the direct reader: measured, 32,768 cost ~80 MB more peak RSS, no less CPU
 )
@@ -290,6 +294,31 @@ class JournalSource:
 
         return in_background(produce)
 
+    def context_heads(self, selection: Selection) -> Iterator[RecordBatch]:
+        """Each selected unit's incarnation start before the reading window (`selection`, already
+        widened by its context): the first HEAD_ENTRIES entries of the invocation running at its
+        start (server_args, the armed line, `fired up`), found through the journal's own per-value
+        indexes (unit, then `_SYSTEMD_INVOCATION_ID`), in milliseconds however long ago it started.
+        python-systemd only (journalctl would take a process per lookup): the journalctl reader
+        reads the window alone."""
+        before = selection.window.since_us
+        if before is None or not selection.heads or self.reader != "python-systemd":
+            return
+        heads = Selection(Window(None, before), selection.units)
+        problems: list[tuple[str, str, str, str]] = []
+        with _readable_copies(self.files, self.label, problems) as (files, _):
+            unit = Unit(
+                None if self.kind == "local" else [str(f) for f in files],
+                units=_unit_regex(selection), heads_before_us=before, head_entries=HEAD_ENTRIES,
+            )  # fmt: skip
+            for ev in IsolatedReader([unit], ENTRY_FIELDS, None, BLOCK_ENTRIES, _UNTIL_CHECK, lambda: False):
+                if ev.kind == child.BLOCK and ev.block is not None and ev.block[0]:
+                    yield journal_records(_raw_frame(*ev.block), heads, source=self.label)
+                elif ev.kind in (child.ERROR, child.OPEN_FAILED):
+                    problems.append((self.label, self.label, f"context before the window: {ev.text}", ""))
+        if problems:
+            yield RecordBatch(rejects=rejects_frame(problems))
+
     def _units(self, files: Sequence[Path], headers: list[JournalHeader]) -> list[_ReadUnit]:
         """What each reader reads on its own: every file (in seqnum order), or the local journal.
 
@@ -399,9 +428,9 @@ class JournalSource:
         Only the local journal: journal files go to the direct reader, which indexes just those
         entries itself, and the header counts of damaged ones compare with every entry read. Not for
         globs with a [class]: the child matches with Python's `re`, polars' reads some classes apart."""
-        if self.kind != "local" or any("[" in g for g in selection.units):
+        if self.kind != "local":
             return None
-        return glob_regex(selection.units)
+        return _unit_regex(selection)
 
     def journalctl_command(self, selection: Selection, files: Sequence[Path] | None = None) -> list[str]:
         cmd = [self.journalctl, "--all", "--utc", "--no-pager", "-o", "export"]
@@ -668,6 +697,12 @@ def _at(us: int) -> str:
     """A journalctl time argument for µs since the epoch (the journal holds nothing before 1970)."""
     us = max(us, 0)
     return f"@{us // 1_000_000}.{us % 1_000_000:06d}"
+
+
+def _unit_regex(selection: Selection) -> str | None:
+    """The unit globs as a regex for Python's `re` in the child, or None (every unit): not for globs
+    with a [class], which polars' regex reads apart from Python's."""
+    return None if any("[" in g for g in selection.units) else glob_regex(selection.units)
 
 
 def _raw_frame(cursors: list[str], cols: list[list[Any]]) -> pl.DataFrame:

@@ -585,7 +585,8 @@ reasons AS MATERIALIZED (
             WHEN 'short_window' THEN detail || ': nothing in it could have been stuck that long; '
                 || CASE WHEN (SELECT timeout_source FROM c) = 'default'
                         -- the unknown is the timeout, not the window: the option that settles it first
-                        THEN 'the timeout is only the default (no armed or firing line in the data): pass --watchdog-timeout (the armed line''s SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT), or re-run with a window of at least timeout + grace'
+                        -- (an ingest of a window reads the units' starts, where the armed line is)
+                        THEN 'the timeout is only the default (no armed or firing line in the data): pass --watchdog-timeout (the armed line''s SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT)'
                         ELSE 're-run with a window of at least timeout + grace' END
             ELSE format('{} ({}{}, {} to {}), overlapping {} with no prefill evidence a full timeout after it{}',
                 detail, coalesce(engine, '?'), CASE WHEN coalesce(host, '') = '' THEN '' ELSE ' on ' || host END,

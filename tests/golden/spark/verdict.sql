@@ -1587,7 +1587,7 @@ SELECT
           timeout_source
         FROM verdict__c AS c
       ) = 'default'
-      THEN 'the timeout is only the default (no armed or firing line in the data): pass --watchdog-timeout (the armed line\'s SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT), or re-run with a window of at least timeout + grace'
+      THEN 'the timeout is only the default (no armed or firing line in the data): pass --watchdog-timeout (the armed line\'s SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT)'
       ELSE 're-run with a window of at least timeout + grace'
     END
     ELSE CONCAT(
