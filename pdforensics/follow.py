@@ -14,15 +14,14 @@ a followed line is stored exactly as `ingest` would store it (journal entries ke
 * `FileFollower`: `tail -F` for a plain text log. Complete lines only (a line still being written
   waits for its newline); when the path names another file (rotation by rename) or the file
   shrank (copytruncate), the rest of the old file is read to its end, then the new one from byte 0.
-  The dedup key is the file's identity at first sight (device, inode, path), kept in the state:
-  a file only ever grows under one key. (It is not `ingest`'s content key, which a growing file
-  under 64 KiB does not have yet: the same file also ingested with `ingest --file` is stored twice.)
+  The dedup key is `ingest`'s: the content key of the file's first bytes when its first lines
+  are read, kept while it grows (sources.plain.grown_key, with the heads the database noted), so a
+  file both watched and ingested is stored once; a rotated or rewritten file is a new one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ import polars as pl
 
 from pdforensics.errors import SourceError, UsageError
 from pdforensics.sources import RecordBatch, Selection, Window
-from pdforensics.sources._common import GZIP_MAGIC
+from pdforensics.sources._common import GZIP_MAGIC, HEAD_BYTES, file_key
 from pdforensics.sources._journal_child import read_entries
 from pdforensics.sources._records import ENTRY_FIELDS, journal_records
 from pdforensics.sources.journal import (
@@ -43,7 +42,7 @@ from pdforensics.sources.journal import (
     journal_files,
     python_systemd_available,
 )
-from pdforensics.sources.plain import MAX_LINE_BYTES, PlainFileSource
+from pdforensics.sources.plain import MAX_LINE_BYTES, PlainFileSource, grown_key
 
 # Entries or bytes taken per poll and source: bounds the memory of one poll after a long outage
 # (the rest comes with the next polls, which follow at once while there is more).
@@ -242,7 +241,11 @@ class FileFollower:
         self.name = f"file:{self.path.resolve()}"
         self._f: Any = None
         self.ident: tuple[int, int] | None = None  # (st_dev, st_ino) of the file being read
-        self.key = ""
+        self.key = ""  # the file's identity, chosen when its first lines are read (_identify)
+        # heads the database noted (key, bytes: store.file_heads_shorter_than), set by the watch;
+        # and the one this follower chose for a file shorter than a head, for the watch to note
+        self.noted: list[tuple[str, int]] = []
+        self.head_note: tuple[str, int] | None = None
         self.offset = 0  # bytes of the current file consumed (complete lines)
         self._src: PlainFileSource | None = None
         self.more = False
@@ -285,13 +288,11 @@ class FileFollower:
 
     def _open_current(self, st: os.stat_result) -> None:
         ident = (st.st_dev, st.st_ino)
-        if ident != self.ident:  # a new file at the path: from its start, under its own key
-            self.ident, self.offset = ident, 0
-            seed = f"watch {self.path.resolve()} {st.st_dev} {st.st_ino} {st.st_mtime_ns}"
-            self.key = "file:" + hashlib.sha1(seed.encode()).hexdigest()[:16]
+        if ident != self.ident:  # a new file at the path: from its start, its key chosen when read
+            self.ident, self.offset, self.key = ident, 0, ""
         self._f = open(self.path, "rb")  # noqa: SIM115 - kept open while followed
         self._src = PlainFileSource(self.path, host=self.host, unit=self.unit)
-        self._src.key = self.key
+        self._src.key = self.key  # "" until the first lines are read
 
     def poll(self) -> RecordBatch:
         st = self._stat()
@@ -328,9 +329,22 @@ class FileFollower:
             end = len(buf)
         if end == 0:
             return RecordBatch()
+        if not self.key:
+            self._identify()
         batch = self._src._batch(buf[:end], self.offset, [])
         self.offset += end
         return batch
+
+    def _identify(self) -> None:
+        """The open file's key, as `ingest` would give it now: its first bytes (read from the open
+        file, not the path, which may name a newer one), or the key they had when shorter."""
+        assert self._f is not None and self._src is not None
+        head = os.pread(self._f.fileno(), HEAD_BYTES, 0)
+        key = grown_key(file_key(head), len(head), self.noted, lambda n: file_key(head[:n]))
+        self.key = self._src.key = key
+        if len(head) < HEAD_BYTES and not any(k == key for k, _ in self.noted):
+            self.head_note = (key, len(head))
+            self.noted.append(self.head_note)
 
     def close(self) -> None:
         if self._f is not None:

@@ -20,8 +20,9 @@ from pdforensics.errors import DatabaseError, is_interrupt
 from pdforensics.parquet_store import ParquetMirror
 from pdforensics.parse import STATS_KEY, Parsed, ParseOptions, StreamCarry, kept_stats, parse_records
 from pdforensics.sources import FILE_MARK, RecordBatch, Selection, Source, Window
+from pdforensics.sources._common import HEAD_BYTES
 from pdforensics.sources.journal import JournalSource
-from pdforensics.sources.plain import PlainFileSource
+from pdforensics.sources.plain import PlainFileSource, grown_key
 
 
 @dataclass
@@ -196,14 +197,10 @@ def _plan_resume(con: duckdb.DuckDBPyConnection, src: Source, selection: Selecti
 
 
 def _grown_from(con: duckdb.DuckDBPyConnection, src: PlainFileSource) -> str:
-    """A file's identity while it grows: a file stored when it was shorter than the head its key
-    hashes keeps that key, so long as it still starts with exactly the bytes stored then."""
-    if store.file_head(con, src.key) is not None:
-        return src.key
-    for key, length in store.file_heads_shorter_than(con, src.head_len):
-        if src.prefix_key(length) == key:
-            return key
-    return src.key
+    """A file's identity while it grows (sources.plain.grown_key): a file stored when it was shorter
+    than the head its key hashes keeps that key, so long as it still starts with the bytes stored then."""
+    noted = store.file_heads_shorter_than(con, HEAD_BYTES + 1)
+    return grown_key(src.key, src.head_len, noted, src.prefix_key)
 
 
 def ingest(

@@ -49,6 +49,7 @@ from pdforensics.livefold import LiveFold, alert_json
 from pdforensics.parse import ParseOptions, StreamCarry, parse_records
 from pdforensics.render import terminal_safe
 from pdforensics.schema import RECORD_SCHEMA, empty_rejects
+from pdforensics.sources._common import HEAD_BYTES
 
 STATE_PREFIX = "watch_state:"
 EXEC_TIMEOUT_S = 30.0
@@ -123,6 +124,10 @@ class Watcher:
             )
             self.next_id = store.next_line_id(con)
             mark = store.get_mark(con, self.state_key)
+            noted = store.file_heads_shorter_than(con, HEAD_BYTES + 1)  # plain files' identities
+            for f in self.cfg.followers:
+                if isinstance(f, FileFollower):
+                    f.noted = list(noted)
             from pdforensics.verdict import ensure_views
 
             ensure_views(con)
@@ -406,6 +411,12 @@ class Watcher:
         state = {"fold": self.fold.to_state(), "followers": {f.name: f.state() for f in self.cfg.followers}}
         marks = {self.state_key: (self.commit_seq, json.dumps(state, separators=(",", ":")))}
         con.execute("UPDATE ingests SET status = 'running' WHERE ingest_id = ?", [self.ingest_id])
+        for (
+            f
+        ) in self.cfg.followers:  # a short file's identity, for an ingest of it grown (ingest._grown_from)
+            if isinstance(f, FileFollower) and f.head_note is not None:
+                store.note_file_head(con, *f.head_note)
+                f.head_note = None
         store.store_batch(con, self.ingest_id, all_lines, all_events, rejects, counts, marks)
         self.flushed_lines += all_lines.height
         self.pending, self.pending_lines = [], 0

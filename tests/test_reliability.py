@@ -452,7 +452,7 @@ def test_ingest_that_cannot_write_fails_with_one_line_and_keeps_committed_batche
 
     env = {k: v for k, v in os.environ.items() if k != "PDFORENSICS_DEBUG"}
     proc = subprocess.run(
-        [sys.executable, "-c", _SMALL_BATCH_CLI, str(BATCH), "ingest", "--db", str(db), *file_args(big), "--quiet"],
+        [sys.executable, "-c", _SMALL_BATCH_CLI, str(BATCH), "-", "ingest", "--db", str(db), *file_args(big), "--quiet"],
         capture_output=True, text=True, env=env, cwd=REPO, preexec_fn=small_files, timeout=CLI_TIMEOUT,
     )  # fmt: skip
     assert_one_line_error(proc, 4, f"writing {db} failed")

@@ -348,6 +348,50 @@ def test_plain_file_restart_resumes_at_its_offset(tmp_path: Path) -> None:
     assert [a["alert"] for a in watch.alerts()] == ["silent_pin"]
 
 
+def _ingest_file(db: Path, log: Path) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "pdforensics", "ingest", "--db", str(db), "--file", str(log), "--tz", "UTC",
+         "--host", "gpu-a", "--quiet"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert res.returncode in (0, 1), res.stderr  # 1: the verdict's exit for what it found
+
+
+def _stored_once(db: Path, lines: list[Line]) -> None:
+    want = [x.plain() for x in lines]
+    assert db_rows(db, "SELECT count(*), count(DISTINCT source_key) FROM lines") == [(len(want), 1)]
+    assert sorted(m for (m,) in db_rows(db, "SELECT message FROM lines")) == sorted(want)
+
+
+def test_a_small_file_watched_then_ingested_grown_is_stored_once(tmp_path: Path) -> None:
+    """One identity for a plain file in `watch` and `ingest`, stable while it grows: a file under
+    64 KiB watched, then grown and ingested, adds only its new lines (issue 29, item 2)."""
+    log, db = tmp_path / "prefill.log", tmp_path / "w.duckdb"
+    lines = [x for x in traffic(40, pin=PIN) if x.engine == "prefill"]
+    half = len(lines) // 2
+    append_plain(log, lines[:half])
+    watch = start_watch(tmp_path, db, "--file", str(log), "--tz", "UTC", "--host", "gpu-a", *ARGS)
+    watch.wait_lines(half)
+    assert watch.stop() == 0
+    append_plain(log, lines[half:])
+    assert log.stat().st_size < 64 << 10  # its content key changes with every append
+    _ingest_file(db, log)
+    _stored_once(db, lines)
+
+
+def test_a_small_file_ingested_then_watched_grown_is_stored_once(tmp_path: Path) -> None:
+    log, db = tmp_path / "prefill.log", tmp_path / "w.duckdb"
+    lines = [x for x in traffic(40, pin=PIN) if x.engine == "prefill"]
+    half = len(lines) // 2
+    append_plain(log, lines[:half])
+    _ingest_file(db, log)
+    append_plain(log, lines[half:])
+    watch = start_watch(tmp_path, db, "--file", str(log), "--tz", "UTC", "--host", "gpu-a", *ARGS)
+    watch.wait_lines(len(lines))
+    assert watch.stop() == 0
+    _stored_once(db, lines)
+
+
 def test_timeout_from_the_armed_line(tmp_path: Path) -> None:
     """No --watchdog-timeout: the `inflight watchdog armed` line's 5 s rules (not the default 300 s)."""
     lines = [Line(T0 - S, "prefill", armed(TIMEOUT_S)), *traffic(40, pin=PIN)]

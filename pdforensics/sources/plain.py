@@ -12,7 +12,7 @@ cannot be applied before parse has read the prefixes; ingest applies it to the p
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -197,3 +197,19 @@ class PlainFileSource:
             message=after.fill_null(""),  # a line that opens with no zero byte is itself
         )
         return RecordBatch(records.cast(RECORD_SCHEMA), rejects)  # type: ignore[arg-type]
+
+
+def grown_key(
+    key: str, length: int, noted: Iterable[tuple[str, int]], prefix_key: Callable[[int], str]
+) -> str:
+    """A file's identity while it grows, for `ingest` and `watch` alike: the key (`file_key` of its
+    first `length` bytes, at most HEAD_BYTES) unless a key noted when it was shorter
+    (`noted`: (key, bytes), store.file_heads_shorter_than) is that of its first bytes then
+    (`prefix_key(n)`). An appended file keeps its first key; a rewritten or rotated one differs."""
+    noted = sorted(noted, key=lambda kn: -kn[1])
+    if any(k == key for k, _ in noted):
+        return key
+    for k, n in noted:
+        if n < length and prefix_key(n) == k:
+            return k
+    return key
