@@ -293,8 +293,50 @@ def ingest(
             "other tables as snapshots), for Spark. [default: none]",
         ),
     ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Also read SGLang's samples from this Prometheus server (docs/prometheus.md). "
+            "[default: none; window: --since/--until, else the last log ingest's]",
+        ),
+    ] = None,
+    openmetrics: Annotated[
+        list[Path] | None,
+        typer.Option(
+            metavar="FILE",
+            readable=False,
+            help="Also read a promtool tsdb dump-openmetrics export or a "
+            "saved /metrics scrape, repeatable. [default: none]",
+        ),
+    ] = None,
+    match: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="SELECTOR",
+            help="Series to read from --prometheus, repeatable. [default: the sglang: "
+            "queue gauges, token usage, failure and request counters, kv_transfer_*; and up]",
+        ),
+    ] = None,
+    prometheus_map: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="TOML",
+            readable=False,
+            help="Scrape targets to hosts/engines ([instances] "
+            '"host:port" = { host = ..., engine = ... }). [default: by name and address]',
+        ),
+    ] = None,
 ) -> None:
     """Read the journal and/or log files into the database, then print the one-line verdict."""
+    if prometheus is not None or openmetrics:  # metrics: their own path; logs too only when named
+        from pdforensics.metric_ingest import run_metrics_ingest
+
+        for text in run_metrics_ingest(db, since, until, prometheus, openmetrics, match, prometheus_map,
+                                       now_us=_now_us(), as_json=json_out):  # fmt: skip
+            typer.echo(text) if not quiet else None
+        if not (directory or journal_file or file):
+            return
     from pdforensics.api import run_ingest
     from pdforensics.render import (
         check_code,
@@ -474,6 +516,14 @@ def simulate(
             "[default: no collection]",
         ),
     ] = None,
+    openmetrics: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="Also write the scenario's SGLang gauges as scraped every 10 s "
+            "(OpenMetrics, for promtool tsdb create-blocks-from openmetrics). [default: none]",
+        ),
+    ] = None,
 ) -> None:
     """Write a realistic incident: journal export + json + plain logs (plain/) + expected.json."""
     from pdforensics.api import next_commands, run_simulate
@@ -485,10 +535,17 @@ def simulate(
         return
     if out is None:
         raise UsageError("--out DIR is required")
-    path = run_simulate(scenario, out, now, seed, scale, now_us=_now_us(), journal_remote=journal_remote)
+    now_us = _now_us()
+    path = run_simulate(scenario, out, now, seed, scale, now_us=now_us, journal_remote=journal_remote)
     typer.echo(f"wrote {path}: journal.export, journal.json, plain/*.log, expected.json")
     if journal_remote is not None:
         typer.echo(f"wrote {journal_remote}: remote-<host>.journal per host")
+    if openmetrics is not None:
+        from pdforensics.simulate.openmetrics import write_openmetrics
+        from pdforensics.timewindow import parse_instant
+
+        at = parse_instant(now, now_us) if now else now_us
+        typer.echo(f"wrote {write_openmetrics(scenario, openmetrics, at, seed, scale)}: OpenMetrics scrapes")
     for k, command in enumerate(next_commands(path, path / "incident.duckdb", journal_remote)):
         typer.echo(f"{'next:' if k == 0 else 'then:'}  {command}")
 

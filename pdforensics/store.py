@@ -105,6 +105,22 @@ META_DDL = [
         engine_by_lines VARCHAR,-- engine its lines showed (NULL: no evidence); the lines win
         prefixes VARCHAR,       -- prefix forms seen, "cri=300, rfc3339=2"
         read_to_us BIGINT)""",  # the latest time read: the window never ends before it
+    # Prometheus samples (ingest --prometheus / --openmetrics; pdforensics/metric_ingest.py): one
+    # row per scrape of a series, as the server stored it. (series, ts_us) identifies a sample.
+    """CREATE TABLE IF NOT EXISTS metric_samples (
+        ingest_id INTEGER,      -- the run that stored it
+        source VARCHAR,         -- prometheus:URL or openmetrics:/path
+        series VARCHAR,         -- name{label="value",...}, labels sorted: the series' identity
+        metric VARCHAR,         -- the sample's name (sglang:num_running_reqs, up, ..._total)
+        labels JSON,            -- every label but the name
+        job VARCHAR, instance VARCHAR,  -- the scrape target's labels
+        engine_type VARCHAR,    -- SGLang's own label: prefill | decode | unified (NULL: none)
+        dp_rank SMALLINT,       -- SGLang's dp_rank (older builds: dp) label
+        host VARCHAR,           -- the host of the logs the target is (NULL: unmatched)
+        engine VARCHAR,         -- prefill | decode | unified (NULL: unknown)
+        matched_by VARCHAR,     -- how host was found: map | name | address (NULL: unmatched)
+        ts_us BIGINT,           -- the scrape's time (UTC us; Prometheus keeps milliseconds)
+        value DOUBLE)""",
 ]
 
 
@@ -339,6 +355,8 @@ MIGRATIONS: dict[int, list[str]] = {
     + fold.rebuild_statements(),
     # 4: source_stats.read_to_us (older runs keep NULL: their window ends at their lines, as before)
     3: ["ALTER TABLE source_stats ADD COLUMN IF NOT EXISTS read_to_us BIGINT"],
+    # 5: metric_samples (created empty by META_DDL above, as every open for writing does)
+    4: [],
 }
 
 

@@ -3,6 +3,7 @@
 python -m pdforensics.simulate --all --out fixtures --now 2026-11-29T12:10:00Z
 python -m pdforensics.simulate decode_restart_old_build --out /tmp/incident --scale 1000
 python -m pdforensics.simulate fleet_16_hosts --out /tmp/fleet --journal-remote /tmp/fleet/remote
+python -m pdforensics.simulate healthy --out /tmp/healthy --openmetrics /tmp/healthy/metrics.om
 python -m pdforensics.simulate --list
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from pdforensics.errors import PdfError, UsageError
 from pdforensics.simulate import SCENARIOS, simulate, simulate_plain
+from pdforensics.simulate.openmetrics import write_openmetrics
 from pdforensics.simulate.remote import write_journal_remote
 
 
@@ -51,6 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also write DIR/remote-<host>.journal per host with systemd-journal-remote "
         "(DIR/<scenario>/ for several scenarios)",
     )
+    ap.add_argument(
+        "--openmetrics",
+        type=Path,
+        metavar="FILE",
+        help="also write the scenario's SGLang gauges as scraped every 10 s (OpenMetrics; "
+        "FILE/<scenario>.om for several scenarios)",
+    )
     args = ap.parse_args(argv)
     if args.list:
         for name, sc in SCENARIOS.items():
@@ -70,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.journal_remote is not None:
                 remote = args.journal_remote / name if args.all or len(names) > 1 else args.journal_remote
                 write_journal_remote(out / "journal.export", remote)
+            if args.openmetrics is not None:
+                several = args.all or len(names) > 1
+                write_openmetrics(name, args.openmetrics / f"{name}.om" if several else args.openmetrics,
+                                  now_us=now, seed=args.seed, scale=args.scale)  # fmt: skip
             print(f"{name}: {out} ({time.perf_counter() - t:.1f}s)")
     except PdfError as exc:
         print(f"error: {exc}", file=sys.stderr)
