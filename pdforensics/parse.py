@@ -728,13 +728,17 @@ def _repeated_hour(df: pl.DataFrame, zone: str, carry: StreamCarry) -> pl.DataFr
     prev = pl.coalesce(
         pl.col("_local").shift(1).forward_fill().over("source_key"), pl.when(first).then(seed_t)
     )
+    # a line without a time of its own (a traceback, an unprefixed line) neither starts nor ends a
+    # run: it belongs to the run of the timed line before it
+    inside = pl.when(pl.col("_local").is_not_null()).then(pl.col("_by_zone") != pl.col("_late"))
     df = df.with_columns(
         repeated.alias("_rep"),
         (repeated & (prev - pl.col("_local") >= _DST_STEP_US).fill_null(False)).alias("_back"),
+        inside.forward_fill().over("source_key").fill_null(False).alias("_in_hour"),
     )
     # runs of lines inside the hour, per file; the run the previous batch ended in goes on here
     run = (
-        (pl.col("_rep") != pl.col("_rep").shift(1).over("source_key"))
+        (pl.col("_in_hour") != pl.col("_in_hour").shift(1).over("source_key"))
         .fill_null(True)
         .cum_sum()
         .over("source_key")
@@ -748,7 +752,7 @@ def _repeated_hour(df: pl.DataFrame, zone: str, carry: StreamCarry) -> pl.DataFr
     )
     ends = dict(df.group_by("source_key").agg(pl.col("_fold").last() == 2).iter_rows())
     carry.last_local.update(_last_local(df, ends))
-    return df.drop("_late", "_rep", "_back", "_run")
+    return df.drop("_late", "_rep", "_back", "_run", "_in_hour")
 
 
 def _last_local(df: pl.DataFrame, second: dict[str, bool]) -> dict[str, tuple[int, bool]]:

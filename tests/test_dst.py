@@ -107,3 +107,55 @@ def test_an_unsettled_hour_makes_the_window_inconclusive(tmp_path: Path) -> None
     verdict, reasons = judged([local_line(t) for t in second_only], "second")
     unsettled = [r for r in reasons if "repeated" in r]
     assert verdict == "inconclusive" and len(unsettled) == 1 and unsettled[0].startswith("180 line(s) of ")
+
+
+def test_a_timeless_line_inside_the_hour_keeps_its_pass(tmp_path: Path) -> None:
+    """A line with no time of its own (a traceback line) in the hour's second pass neither ends
+    the pass nor starts the first one again: the timed lines after it stay in the second pass."""
+    first = [UTC0 + timedelta(minutes=60 + k) for k in range(25, 30)]  # 02:55-02:59 CEST
+    second = [datetime(2026, 10, 25, 1, 0) + timedelta(minutes=k) for k in range(6)]  # 02:00-02:05 CET
+    lines = [local_line(t) for t in first + second[:3]] + ["Traceback (most recent call last):"]
+    lines += [local_line(t) for t in second[3:]]
+    got = stored_times(tmp_path, lines, 1000)
+    timed = [(t, o) for t, o in got if o != "inherited"]
+    assert [t for t, _ in timed] == [utc_us(t) for t in first + second]
+    assert [o for _, o in timed] == ["app_fold1"] * 5 + ["app_fold2"] * 6
+
+
+SIMULATED_CHANGE = "2026-10-25T01:03:00Z"  # 5 min after 03:00 CEST became 02:00 CET (Europe/Berlin)
+
+
+@pytest.mark.parametrize("scenario", ["decode_restart_old_build", "healthy"])
+def test_a_simulated_incident_across_the_change_reads_as_its_journal(tmp_path: Path, scenario: str) -> None:
+    """`simulate --tz Europe/Berlin` across the autumn change: the plain files (local time, the
+    hour shown twice, a decode restart inside it) read with --tz give the journal's verdict and
+    the same silent pins."""
+    import json
+
+    from pdforensics.simulate import simulate, simulate_plain
+    from pdforensics.timewindow import parse_instant
+
+    now = parse_instant(SIMULATED_CHANGE, 0)
+    out = simulate(scenario, tmp_path / "sim", now_us=now, tz="Europe/Berlin")
+    simulate_plain(scenario, out, now_us=now, tz="Europe/Berlin")
+    expected = json.loads((out / "expected.json").read_text())
+    assert {h["tz"] for h in expected["hosts"].values()} == {"Europe/Berlin"}
+    walls = [p.read_text() for p in (out / "plain").glob("*.log")]
+    assert any("[2026-10-25 02:59:" in w and "[2026-10-25 02:00:" in w for w in walls)  # both passes
+    db = tmp_path / "plain.duckdb"
+    ingest(db, [PlainFileSource(p) for p in sorted((out / "plain").glob("*.log"))], Selection(),
+           load_catalog(), tz="Europe/Berlin")  # fmt: skip
+    con = store.open_db(db, read_only=True)
+    try:
+        opts = expected.get("verdict_options") or {}
+        v = compute_verdict(con, VerdictOptions(watchdog_timeout_s=opts.get("watchdog_timeout_s")))
+    finally:
+        con.close()
+    assert v.verdict == expected["verdict"], v.reasons
+    # every line at its instant: the window starts where the journal's does, give or take the
+    # systemd lines only the journal holds (an hour off if a pass were misread)
+    assert (
+        v.window_start_us is not None and abs(expected["window"]["since_us"] - v.window_start_us) < 10_000_000
+    )
+    pins = {r["bootstrap_room"] for r in expected["requests"] if r["class"] == "silent_pin"}
+    assert {str(r["bootstrap_room"]) for r in v.requests if r["class"] == "silent_pin"} == pins

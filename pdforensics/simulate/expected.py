@@ -266,7 +266,7 @@ def build_expected(
         "anonymous_pins": anonymous,
         # What a reader of the plain logs must be told: each host's zone (the prefix has none).
         "hosts": {
-            e.host.name: {"tz": _offset(e.host.tz_min), "skew_s": e.host.skew_s}
+            e.host.name: {"tz": w.zone or _offset(e.host.tz_min), "skew_s": e.host.skew_s}
             for e in ((pre, dec) if fleet is None else (*fleet.pres, *fleet.decs))
         },
     }

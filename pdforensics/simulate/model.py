@@ -243,6 +243,7 @@ class World:
     # decode host's IP that POSTs it; the room is already bootstrapped
     rebootstrap: dict[str, str] = field(default_factory=dict)
     retracted: dict[int, float] = field(default_factory=dict)  # room -> decode retraction that never resumes
+    zone: str | None = None  # every host's local time is this IANA zone's (render.finish_lines)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"pdforensics-sim:{self.name}:{self.seed}")

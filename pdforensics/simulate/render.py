@@ -358,15 +358,20 @@ def stream_frame(w: World) -> pl.DataFrame:
     )
 
 
-def finish_lines(lines: pl.DataFrame, streams: pl.DataFrame) -> pl.DataFrame:
+def finish_lines(lines: pl.DataFrame, streams: pl.DataFrame, zone: str | None = None) -> pl.DataFrame:
     """Add the host clock, the journal receive time ``ts`` and the line's ``prefix``.
 
     The message is ``prefix + body``; the two stay apart so the writers copy the (long) body
-    only once, straight into the export/json/plain text.
+    only once, straight into the export/json/plain text. The prefix is the host's local time: its
+    fixed offset, or `zone`'s wall clock (DST: an hour skipped, an hour shown twice).
     """
     df = lines.join(streams, on="stream", how="left", maintain_order="left")
     clock = pl.col("t_us") + pl.col("skew_us")
-    local = (clock + pl.col("tz_us")).cast(pl.Datetime("us")).dt.strftime("%Y-%m-%d %H:%M:%S")
+    if zone is None:
+        wall = (clock + pl.col("tz_us")).cast(pl.Datetime("us"))
+    else:
+        wall = clock.cast(pl.Datetime("us", "UTC")).dt.convert_time_zone(zone)
+    local = wall.dt.strftime("%Y-%m-%d %H:%M:%S")
     prefix = (
         pl.when(pl.col("fmt") == 1)
         .then(pl.concat_str([pl.lit("["), local, pl.col("ranks"), pl.lit("] ")]))

@@ -19,14 +19,18 @@ from pdforensics.simulate.writer import JournalSink, PlainSink
 LINES_PER_CHUNK = 150_000
 
 
-def run_world(name: str, now_us: int | None, seed: int, scale: float) -> tuple[World, Scenario, Built]:
+def run_world(
+    name: str, now_us: int | None, seed: int, scale: float, zone: str | None = None
+) -> tuple[World, Scenario, Built]:
+    """`zone`: every host's local time is that IANA zone's (its DST changes too), not its own offset."""
     sc = SCENARIOS.get(name)
     if sc is None:
         raise UsageError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     if scale <= 0:
         raise UsageError("scale must be positive")
+    _check_zone(zone)
     now = time.time_ns() // 1000 if now_us is None else now_us
-    w = World(name, seed, now, sc.duration_s, scale)
+    w = World(name, seed, now, sc.duration_s, scale, zone=zone)
     built = sc.build(w)
     w.bootstrap_ip = built.pre.host.ip  # the router injects the prefill's bootstrap address
     if built.fleet is not None:  # many instances: each request's pair names its own bootstrap host
@@ -64,7 +68,7 @@ def _render(w: World, sc: Scenario, built: Built, sinks: list) -> None:
         chunk = pl.concat(frames)
         if unseen is not None:
             chunk = chunk.filter(~unseen)
-        chunk = render.finish_lines(chunk, streams)
+        chunk = render.finish_lines(chunk, streams, w.zone)
         for sink in sinks:
             if isinstance(sink, PlainSink):
                 sink.write(chunk)
@@ -102,16 +106,18 @@ def simulate(
     scale: float = 1.0,
     *,
     formats: tuple[str, ...] = ("export", "json"),
+    tz: str | None = None,
 ) -> Path:
     """Write ``out/journal.export``, ``out/journal.json`` and ``out/expected.json``; return ``out``.
 
-    ``formats`` may drop one of the two journal files (benchmarks that need only one).
+    ``formats`` may drop one of the two journal files (benchmarks that need only one); ``tz``: the
+    hosts' local time is that zone's (run_world).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if not formats or set(formats) - {"export", "json"}:
         raise UsageError("formats must be a non-empty subset of ('export', 'json')")
-    w, sc, built = run_world(name, now_us, seed, scale)
+    w, sc, built = run_world(name, now_us, seed, scale, tz)
     sink = JournalSink(w, out, _hosts(w), formats=tuple(formats))
     try:
         _render(w, sc, built, [sink])
@@ -123,11 +129,11 @@ def simulate(
 
 
 def simulate_plain(
-    name: str, out: Path, now_us: int | None = None, seed: int = 0, scale: float = 1.0
+    name: str, out: Path, now_us: int | None = None, seed: int = 0, scale: float = 1.0, tz: str | None = None
 ) -> Path:
     """Write ``out/plain/<host>-<unit>.log``: the SGLang processes' own output, journald or not."""
     out = Path(out)
-    w, sc, built = run_world(name, now_us, seed, scale)
+    w, sc, built = run_world(name, now_us, seed, scale, tz)
     for old in (out / "plain").glob("*.log"):  # a regeneration must not keep files of another run
         old.unlink()
     sink = PlainSink(w, out / "plain", cri_line_max=sc.plain_cri_line_max)
@@ -136,6 +142,17 @@ def simulate_plain(
     finally:
         sink.close()
     return out / "plain"
+
+
+def _check_zone(zone: str | None) -> None:
+    if zone is None:
+        return
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise UsageError(f"--tz {zone!r}: not an IANA time zone (e.g. Europe/Berlin, UTC)") from None
 
 
 def _hosts(w: World) -> list:
