@@ -270,6 +270,28 @@ ORDER BY series, ts_us
 """
 
 
+def test_a_metrics_run_does_not_move_the_verdicts_window(server: Server, tmp_path: Path) -> None:
+    """The default window is the last *log* ingest's: samples read over another window after it
+    (a metrics run is a row of `ingests` too) leave the verdict's window where the logs put it."""
+    db = tmp_path / "w.duckdb"
+    window = ("--since", server.since, "--until", server.until)
+    assert ingest(db, "--file", str(server.incident / "journal.export"), *window, "-q").returncode in (0, 1)
+
+    def judged_window() -> dict:
+        proc = run("verdict", "--db", str(db), "--json")
+        assert proc.returncode in (0, 1, 2, 3), proc.stderr
+        return json.loads(proc.stdout)["window"]
+
+    before = judged_window()
+    proc = ingest(db, "--openmetrics", str(server.metrics), "--since", "2026-11-29T09:00:00Z",
+                  "--until", "2026-11-29T09:30:00Z")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert query(
+        db, "SELECT count(*) FROM ingests WHERE readers = 'openmetrics' AND since_us IS NOT NULL"
+    ) == [(1,)]
+    assert judged_window() == before
+
+
 def test_a_restart_shows_as_a_scrape_gap_and_a_counter_reset(server: Server, tmp_path: Path) -> None:
     db = tmp_path / "g.duckdb"
     assert ingest(db, "--openmetrics", str(server.metrics)).returncode == 0

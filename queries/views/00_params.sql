@@ -92,7 +92,11 @@ SELECT
 CREATE OR REPLACE VIEW time_window AS
 WITH runs AS (
     SELECT ingest_id, since_us, until_us, count(*) OVER () AS n_runs
-    FROM ingests WHERE stored > 0 OR since_us IS NOT NULL OR until_us IS NOT NULL
+    -- runs that read logs: a metrics run (ingest --prometheus/--openmetrics) stores samples, not
+    -- lines, and its window is not the one the logs were read for
+    FROM ingests
+    WHERE (stored > 0 OR since_us IS NOT NULL OR until_us IS NOT NULL)
+      AND coalesce(readers, '') NOT IN ('prometheus', 'openmetrics')
 ),
 -- read_to: the latest time each run read (source_stats.read_to_us): a span of the data never ends
 -- before what was read, even when lines read then are gone from the database since

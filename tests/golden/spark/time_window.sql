@@ -6,9 +6,14 @@ WITH runs AS (
     since_us,
     until_us,
     COUNT(*) OVER () AS n_runs
+  /* runs that read logs: a metrics run (ingest --prometheus/--openmetrics) stores samples, not */
+  /* lines, and its window is not the one the logs were read for */
   FROM ingests
   WHERE
-    stored > 0 OR NOT since_us IS NULL OR NOT until_us IS NULL
+    (
+      stored > 0 OR NOT since_us IS NULL OR NOT until_us IS NULL
+    )
+    AND NOT COALESCE(readers, '') IN ('prometheus', 'openmetrics')
 ), read_to /* read_to: the latest time each run read (source_stats.read_to_us): a span of the data never ends */ /* before what was read, even when lines read then are gone from the database since */ AS (
   SELECT
     ingest_id,
