@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pdforensics import store
-from pdforensics.errors import DatabaseError, UsageError
+from pdforensics.errors import DatabaseError, SourceError, UsageError
 from pdforensics.sources import Selection, Source, Window
 from pdforensics.timewindow import context_before_window_us, parse_instant, parse_window
 
@@ -40,7 +40,21 @@ def build_sources(
         sources.append(JournalSource("files", [Path(f) for f in journal_files]))
     for f in files or []:
         sources.append(open_file_source(Path(f), host=host))
-    return sources or [JournalSource("local", [])]
+    return sources or [local_journal()]
+
+
+def local_journal() -> Source:
+    """The local journal. A host that keeps none (journald's Storage=none or volatile and not yet
+    written, a container) is said at once, as journalctl says it, not read as an empty window."""
+    from pdforensics.sources.journal import GROUP_HINT, JournalSource, journal_files, privileged
+
+    if not any(journal_files(d) for d in LOCAL_JOURNAL_DIRS if d.is_dir()):
+        seen = "" if privileged() else f"; if this host keeps one, {GROUP_HINT}"
+        raise SourceError(
+            f"no journal files were found in {' or '.join(map(str, LOCAL_JOURNAL_DIRS))}: no local "
+            f"journal to read{seen}; read a collection with -D DIR, a file with --journal-file or a log with --file"
+        )
+    return JournalSource("local", [])
 
 
 def verdict_options(

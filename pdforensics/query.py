@@ -34,7 +34,10 @@ if TYPE_CHECKING:
 
 FORMATS = ("table", "csv", "json", "ndjson", "markdown")
 CHUNK_ROWS = 10_000
-TABLE_CELL_MAX = 60  # the table format is for eyes; csv/json keep every character
+# The table format is for eyes: on a terminal (or with COLUMNS set) the widest columns are cut
+# with "…" until a row fits its width; piped, every character is kept (as csv/json always do).
+TABLE_CELL_MIN = 10  # a column cut to fit keeps at least this many characters (and its name)
+WHOLE_CELLS_HINT = "`| less -S` or --format csv shows them whole"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
@@ -413,30 +416,87 @@ def _write_markdown(cols: list[Column], chunks: Iterator[list[tuple]], out: Text
 
 def _table_cell(value: Any) -> str:
     text = "NULL" if value is None else _text(value)
-    text = terminal_safe(text.replace("\r", "").replace("\n", "⏎").replace("\t", " "), one_line=True)
-    return text if len(text) <= TABLE_CELL_MAX else text[: TABLE_CELL_MAX - 1] + "…"
+    return terminal_safe(text.replace("\r", "").replace("\n", "⏎").replace("\t", " "), one_line=True)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table_width(out: TextIO) -> int | None:
+    """The columns a table must fit: COLUMNS when set (as for every other tool), the terminal's
+    when `out` is one, else None: piped or redirected, cells are kept whole."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    isatty = getattr(out, "isatty", None)
+    if isatty is None or not isatty():
+        return None
+    try:
+        return os.get_terminal_size(out.fileno()).columns
+    except (OSError, ValueError):
+        return 80
+
+
+def fit_widths(names: Sequence[str], widths: Sequence[int], total: int) -> list[int]:
+    """Column widths whose row (two spaces between columns) fits `total` characters: the widest
+    columns are narrowed first, each down to TABLE_CELL_MIN at most (a name is never cut). When even
+    that does not fit, the row is as narrow as it can be, and the terminal wraps it."""
+    floors = [min(w, max(len(n), TABLE_CELL_MIN)) for n, w in zip(names, widths, strict=True)]
+    room = total - 2 * (len(widths) - 1)
+
+    def at(cap: int) -> list[int]:
+        return [max(min(w, cap), f) for w, f in zip(widths, floors, strict=True)]
+
+    if sum(widths) <= room:
+        return list(widths)
+    lo, hi = 0, max(widths)  # the largest cap whose row fits: at(lo) fits (or is the floors)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if sum(at(mid)) <= room else (lo, mid - 1)
+    fitted = at(lo)
+    spare = room - sum(fitted)  # less than one more character for each column still cut
+    for i, w in enumerate(widths):
+        if spare > 0 and fitted[i] < w:
+            fitted[i] += 1
+            spare -= 1
+    return fitted
 
 
 def _write_table(cols: list[Column], chunks: Iterator[list[tuple]], out: TextIO) -> None:
-    """Aligned columns; widths come from the first chunk so a long result still streams."""
+    """Aligned columns; widths come from the first chunk so a long result still streams. Cut to
+    fit the terminal (table_width), and the footer says so and how to see the cells whole."""
     first = next(chunks, [])
     cells = [[_table_cell(v) for v in r] for r in first]
-    widths = [max([len(c.name), *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
+    names = [terminal_safe(c.name, one_line=True) for c in cols]
+    widths = [max([len(n), *(len(r[i]) for r in cells)]) for i, n in enumerate(names)]
+    total = table_width(out)
+    if total is not None:
+        widths = fit_widths(names, widths, total)
     aligns: list[Callable[[str, int], str]] = [
         (lambda s, w: s.rjust(w)) if c.numeric else (lambda s, w: s.ljust(w)) for c in cols
     ]
+    cut = False
 
     def line(row: Sequence[str]) -> str:
+        nonlocal cut
+        if total is not None:
+            fitted = [_cut(s, w) for s, w in zip(row, widths, strict=True)]
+            cut = cut or fitted != list(row)
+            row = fitted
         return "  ".join(a(s, w) for a, s, w in zip(aligns, row, widths, strict=True)).rstrip() + "\n"
 
-    out.write(line([c.name for c in cols]))
+    out.write(line(names))
     out.write("  ".join("─" * w for w in widths) + "\n")
     n = len(cells)
     out.write("".join(line(r) for r in cells))
     for rows in chunks:
         n += len(rows)
         out.write("".join(line([_table_cell(v) for v in r]) for r in rows))
-    out.write(f"({n:,} row{'s' if n != 1 else ''})\n")
+    footer = f"{n:,} row{'s' if n != 1 else ''}"
+    if cut:
+        footer += f"; cells cut with … to fit {total} columns: {WHOLE_CELLS_HINT}"
+    out.write(f"({footer})\n")
 
 
 WRITERS: dict[str, Callable[[list[Column], Iterator[list[tuple]], TextIO], None]] = {

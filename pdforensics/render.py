@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,6 +63,30 @@ def _width(stream: Any) -> int | None:
     return None if isatty is not None and isatty() else PIPE_WIDTH
 
 
+# DirectNotes.describe (sources/journalfile.py): how a journal source's files were read
+_READ_DIRECTLY = re.compile(r"journal files: ([\d,]+) read directly(?:, ([\d,]+) by python-systemd)?")
+
+
+def readers_phrase(s: IngestSummary) -> str:
+    """What read the records. A journal source's reader is python-systemd, which hands journal
+    files to the direct reader (s.reading_notes): the files' readers are named, not the one that
+    read none of them ("with python-systemd" above "journal files: 1 read directly")."""
+    readers = list(s.readers)
+    if "python-systemd" not in readers or not s.reading_notes:
+        return ", ".join(readers) or "-"
+    direct = by_python_systemd = 0
+    for note in s.reading_notes:
+        if m := _READ_DIRECTLY.match(note):
+            direct += int(m.group(1).replace(",", ""))
+            by_python_systemd += int((m.group(2) or "0").replace(",", ""))
+    local = "journal" in s.sources  # the local journal (JournalSource's label) is python-systemd's
+    at = readers.index("python-systemd")
+    readers[at : at + 1] = (["the direct journal reader"] if direct else []) + (
+        ["python-systemd"] if by_python_systemd or local or not direct else []
+    )
+    return ", ".join(readers)
+
+
 def print_ingest_summary(s: IngestSummary) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -79,7 +104,7 @@ def print_ingest_summary(s: IngestSummary) -> None:
         con.print(table)
     read = s.records + s.skipped + s.rejected
     con.print(
-        f"read {read:,} records with {', '.join(s.readers) or '-'} in {s.elapsed_s:.2f}s "
+        f"read {read:,} records with {readers_phrase(s)} in {s.elapsed_s:.2f}s "
         f"({read / s.elapsed_s if s.elapsed_s else 0:,.0f}/s): stored {s.stored:,}, "
         f"already stored {s.duplicates:,}, outside selection {s.skipped:,}, rejected {s.rejected:,}, "
         f"unrecognised {s.unrecognised:,}, parse errors {s.parse_errors:,}",
@@ -132,24 +157,50 @@ def _where(st: Any) -> str:
     return src if st.source and st.source.startswith("file:") else f"{src} {st.host or '-'}/{st.unit or '-'}"
 
 
+SHOWN_UNITS = 3  # host/units named in a note for a source; more are counted
+
+
+def _per_source(stats: list[Any], count: Callable[[Any], int], what: str) -> list[str]:
+    """One note per source for the lines `count` finds: a file or collection of a fleet's journals
+    holds many host/units, and a note per host/unit repeated the same words once for each."""
+    by_source: dict[str | None, list[Any]] = {}
+    for st in stats:
+        by_source.setdefault(st.source, []).append(st)
+    notes = []
+    for group in by_source.values():
+        hit = [st for st in group if count(st)]
+        if len(group) == 1 and hit:
+            notes.append(f"{count(hit[0]):,} of {hit[0].lines:,} lines of {_where(hit[0])} {what}")
+        elif hit:
+            src = (group[0].source or "-").removeprefix("file:")
+            units = [f"{st.host or '-'}/{st.unit or '-'}" for st in hit]
+            named = ", ".join(units[:SHOWN_UNITS]) + (", …" if len(units) > SHOWN_UNITS else "")
+            notes.append(
+                f"{sum(map(count, hit)):,} of {sum(st.lines for st in group):,} lines of {src} "
+                f"({len(hit)} of its {len(group)} host/units: {named}) {what}"
+            )
+    return notes
+
+
 def source_notes(s: IngestSummary) -> list[str]:
     """What the prefix and time passes did not understand or had to assume, per source and unit."""
-    notes: list[str] = []
+    notes = _per_source(
+        s.source_stats,
+        lambda st: st.no_time if st.no_time * 2 > st.lines else 0,
+        "have no timestamp I know: check the format, or pass --tz/--date",
+    )
+    notes += _per_source(
+        s.source_stats,
+        lambda st: st.no_time if st.no_time * 2 <= st.lines else 0,
+        "have no time of their own (they inherit one)",
+    )
+    notes += _per_source(
+        s.source_stats,
+        lambda st: st.no_prefix,
+        "have no prefix I know and no catalog entry (`pdforensics sql unrecognised_lines` shows them)",
+    )
     for st in s.source_stats:
         where = _where(st)
-        if st.no_time and st.no_time * 2 > st.lines:
-            notes.append(
-                f"{st.no_time:,} of {st.lines:,} lines of {where} have no timestamp I know: "
-                "check the format, or pass --tz/--date"
-            )
-        elif st.no_time:
-            notes.append(
-                f"{st.no_time:,} of {st.lines:,} lines of {where} have no time of their own (they inherit one)"
-            )
-        if st.no_prefix:
-            notes.append(
-                f"{st.no_prefix:,} of {st.lines:,} lines of {where} have no prefix I know and no catalog entry"
-            )
         if st.engine_by_name and st.engine_by_lines and st.engine_by_name != st.engine_by_lines:
             notes.append(
                 f"{where}: the name says {st.engine_by_name}, its lines show {st.engine_by_lines}: "

@@ -574,3 +574,81 @@ def test_a_pipe_a_device_or_a_huge_file_is_refused_in_one_line(
     )  # fmt: skip
     assert proc.returncode == (3 if option == "--journal-file" else 2), proc.stderr
     assert_one_line_error(proc, proc.returncode, needle.format(p=path))
+
+
+# ------------------------------------------------------------------ what an operator reads (issue 28, item 8)
+
+
+def test_no_local_journal_is_said_as_journalctl_says_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ingest --since 6min` on a host that keeps no journal: one line, exit 3, nothing created
+    (it said "nothing was read" and exit 0, as if the window had been empty)."""
+    from typer.testing import CliRunner
+
+    from pdforensics import api
+    from pdforensics.cli import app
+
+    var, run_dir = tmp_path / "var-log-journal", tmp_path / "run-log-journal"
+    (var / "0123456789abcdef").mkdir(parents=True)  # journald's machine-id folder, no file in it
+    monkeypatch.setattr(api, "LOCAL_JOURNAL_DIRS", (var, run_dir))
+    db = tmp_path / "a.duckdb"
+    res = CliRunner().invoke(
+        app, ["ingest", "--since", "6min", "--db", str(db)], env={"PDFORENSICS_DEBUG": ""}
+    )
+    assert res.exit_code == 3, res.output
+    assert res.stderr.splitlines() == [
+        f"pdforensics: no journal files were found in {var} or {run_dir}: no local journal to read; "
+        "read a collection with -D DIR, a file with --journal-file or a log with --file"
+    ]
+    assert res.stdout == "" and not db.exists()
+    check = CliRunner().invoke(app, ["ingest", "--since", "6min", "--db", str(db), "--check"])
+    assert check.exit_code == 3 and check.stdout.startswith(
+        "UNKNOWN - pdforensics: no journal files were found"
+    )
+    (var / "0123456789abcdef" / "system.journal").touch()  # a journal file there: the local journal is read
+    assert api.local_journal().label == "journal"
+
+
+def test_ingest_notes_say_each_thing_once_per_source(tmp_path: Path) -> None:
+    """A fleet's export holds 16 host/units; 9 of them have lines with no known prefix. The note
+    was printed 9 times, each naming the same file: once now, with the host/units named."""
+    export = REPO / "fixtures" / "fleet_16_hosts" / "journal.export"
+    proc = run("ingest", "--db", str(tmp_path / "a.duckdb"), "--file", str(export))
+    assert proc.returncode == 0, proc.stderr
+    notes = [line for line in proc.stdout.splitlines() if "no prefix I know" in line]
+    assert notes == [
+        f"  36 of 2,523 lines of {export} (9 of its 16 host/units: d-node-03/sglang-dsv4-decode.service, "
+        "p-node-01/sglang-dsv4-prefill.service, p-node-02/sglang-dsv4-prefill.service, …) have no prefix "
+        "I know and no catalog entry (`pdforensics sql unrecognised_lines` shows them)"
+    ]
+    plain = REPO / "fixtures" / "fleet_16_hosts" / "plain" / "p-node-01-sglang-dsv4-prefill.log"
+    proc = run("ingest", "--db", str(tmp_path / "b.duckdb"), "--file", str(plain))
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in proc.stdout.splitlines() if "no prefix I know" in line] == [
+        f"  1 of 209 lines of {plain} have no prefix I know and no catalog entry "
+        "(`pdforensics sql unrecognised_lines` shows them)"
+    ]
+
+
+def test_the_summary_names_the_reader_that_read_the_journal_files(tmp_path: Path) -> None:
+    """It said "read N records with python-systemd", then "journal files: 1 read directly"."""
+    from conftest import export_to_journal
+
+    from pdforensics.sources.journal import python_systemd_available
+
+    if not python_systemd_available():
+        pytest.skip("python-systemd not installed: the journal files are read by journalctl")
+    journal = export_to_journal(
+        (REPO / "fixtures" / "healthy" / "journal.export").read_bytes(), tmp_path / "a.journal"
+    )
+    proc = run("ingest", "--db", str(tmp_path / "a.duckdb"), "--journal-file", str(journal))
+    assert proc.returncode == 0, proc.stderr
+    read = next(line for line in proc.stdout.splitlines() if line.startswith("read "))
+    assert read.startswith("read 280 records with the direct journal reader in "), read
+    assert "  journal files: 1 read directly" in proc.stdout.splitlines()
+    forced = run(
+        "ingest", "--db", str(tmp_path / "b.duckdb"), "--journal-file", str(journal),
+        env={"PDFORENSICS_JOURNAL_READER": "python-systemd"},
+    )  # fmt: skip
+    assert " records with python-systemd in " in forced.stdout, forced.stdout + forced.stderr

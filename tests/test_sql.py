@@ -182,6 +182,77 @@ def test_table_shows_control_characters_instead_of_sending_them(db: Path) -> Non
     assert "\x1b" not in out and "\\x1b[33mwarn" in out
 
 
+LONG = "x" * 150 + "END"  # a cell wider than any terminal here
+WIDE = f"SELECT 'a' AS host, '{LONG}' AS message, 42 AS n"
+
+
+def _on_a_terminal(args: list[str], columns: int) -> str:
+    """The command's stdout as a terminal `columns` wide shows it (a real pseudo-terminal)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "PDFORENSICS_DEBUG")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pdforensics", "sql", *args], stdout=slave, stderr=subprocess.PIPE, env=env
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the other side closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_table_fits_the_terminal_and_says_how_to_see_whole_cells(db: Path) -> None:
+    """Issue 28: cells were cut at 60 characters whatever the terminal's width."""
+    for columns in (100, 140):
+        lines = _on_a_terminal(["--db", str(db), WIDE], columns).splitlines()
+        assert all(len(line) <= columns for line in lines), lines
+        assert max(len(line) for line in lines[:3]) == columns  # the room is used, not 60 characters
+        assert lines[2].split()[0] == "a" and lines[2].endswith("…  42")
+        assert lines[-1] == (
+            f"(1 row; cells cut with … to fit {columns} columns: `| less -S` or --format csv shows them whole)"
+        )
+
+
+def test_table_piped_keeps_every_character(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = run(db, WIDE, "table")
+    assert LONG in out and "…" not in out
+    assert out.splitlines()[-1] == "(1 row)"
+    res = _cli("--db", str(db), WIDE)  # the command, its stdout a pipe
+    assert res.returncode == 0 and LONG in res.stdout, res.stderr
+
+
+def test_columns_set_is_the_width_to_fit(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "70")
+    lines = run(db, WIDE, "table").splitlines()
+    assert max(map(len, lines[:3])) == 70 and "cut with … to fit 70 columns" in lines[-1]
+    monkeypatch.setenv("COLUMNS", "1000")  # wide enough: nothing is cut, nothing is said
+    assert run(db, WIDE, "table").splitlines()[-1] == "(1 row)"
+
+
+def test_fit_widths_narrows_the_widest_first_and_never_a_name() -> None:
+    assert query.fit_widths(["a", "b"], [5, 6], 20) == [5, 6]  # fits: unchanged
+    assert query.fit_widths(["a", "b", "c"], [30, 80, 4], 60) == [26, 26, 4]  # 56 + two gaps of 2
+    assert query.fit_widths(["a", "b", "c"], [30, 80, 4], 61) == [27, 26, 4]  # every column used
+    assert query.fit_widths(["a", "b", "c"], [20, 80, 4], 60) == [20, 32, 4]  # the widest narrowed
+    # the floor: 10 characters, or the column's name when longer; past it the row stays too wide
+    assert query.fit_widths(["a", "a_long_column_name"], [50, 50], 20) == [10, 18]
+
+
 def test_unknown_format_is_a_usage_error(db: Path) -> None:
     with pytest.raises(UsageError, match="table, csv, json, ndjson, markdown"):
         run(db, "SELECT 1", "xml")

@@ -3,13 +3,14 @@
     python -m pdforensics.report.screenshot REPORT.html|DB.duckdb OUT.png [--height 1800] [--watchdog-timeout 60]
 
 Uses Debian's Chromium (`/usr/bin/chromium`, or $PDFORENSICS_CHROMIUM) through
-Playwright; no browser is downloaded.
+Playwright (the `screenshots` extra); no browser is downloaded. Without either: one line, exit 5.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,25 @@ def _report_for(db: Path, html: Path, watchdog_timeout: float | None) -> Path:
         con.close()
 
 
+EXIT_CANNOT_RUN = 5  # as `verdict --engine spark` without pyspark: what it needs is not installed
+
+
+def missing() -> str | None:
+    """None when a screenshot can be taken here, else what to install (one line)."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed: install pdforensics with its extra, pip install 'pdforensics[screenshots]'"
+    if not CHROMIUM.exists():
+        return f"no Chromium at {CHROMIUM}: apt-get install chromium (or set PDFORENSICS_CHROMIUM)"
+    return None
+
+
 def main() -> None:
+    why = missing()
+    if why:
+        sys.stderr.write(f"pdforensics: screenshot: {why}\n")
+        sys.exit(EXIT_CANNOT_RUN)
     ap = argparse.ArgumentParser(description="Screenshot a pdforensics report (or a database's report).")
     ap.add_argument("source", type=Path, help="a report .html, or a pdforensics database")
     ap.add_argument("out", type=Path)
