@@ -433,6 +433,9 @@ class Verdict:
         default_factory=list
     )  # frozen queues outside the watchdog's
     instances: list[dict[str, Any]] = field(default_factory=list)  # per prefill instance, worst first
+    # a fleet whose builds differ: "4 of 8 prefill instances (p-node-01, ...)", the window's one
+    # `deployed` being true of those only
+    deployed_on: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The `--json` contract (keys documented in the issue); extra keys come after them."""
@@ -444,6 +447,7 @@ class Verdict:
                 "deployed": self.deployed,
                 "timeout_source": self.timeout_source,
                 "deployed_basis": self.deployed_basis,
+                **({"deployed_on": self.deployed_on} if self.deployed_on else {}),
                 "grace_s": self.grace_s,
                 "firings": self.firings,
                 "recovery": self.recovery,
@@ -715,18 +719,22 @@ def _worst_of(whole: Verdict, instances: list[dict[str, Any]]) -> Verdict:
     for i in instances:
         build = {True: "deployed", False: "not deployed"}.get(i["watchdog"]["deployed"], "unknown")
         by_build.setdefault(build, []).append(i["host"] or "?")
+    deployed_on = None
     if len(by_build) > 1:  # builds differ: the window's one `deployed` does not hold for all
         summary += "; the watchdog " + "; ".join(
             f"{build} on {len(hosts)} ({', '.join(sorted(hosts))})"
             for build, hosts in sorted(by_build.items())
         )
+        on = sorted(by_build.get("deployed", []))
+        deployed_on = f"{len(on)} of {len(instances)} prefill instances ({', '.join(on)})"
     reasons = list(whole.reasons)
     if worst != whole.verdict:
         first = instances[0]
         reasons = [f"{first['host'] or '?'}: {r}" for r in first["reasons"][:1]] + reasons
     return dataclasses.replace(
-        whole, verdict=worst, reasons=[*reasons[:1], summary, *reasons[1:]], instances=instances
-    )
+        whole, verdict=worst, reasons=[*reasons[:1], summary, *reasons[1:]], instances=instances,
+        deployed_on=deployed_on,
+    )  # fmt: skip
 
 
 # The relations `verdict_from_relations` reads: the views' answer, whichever engine computed it.
@@ -855,6 +863,12 @@ def _line_shapes_json(shapes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _deployed_text(v: Verdict) -> str:
+    if v.deployed_on:
+        return f"on {v.deployed_on}"
+    return "unknown" if v.deployed is None else "yes" if v.deployed else "no"
+
+
 def render_text(v: Verdict, max_requests: int = 200) -> str:
     """The verdict for a terminal: verdict, reasons, counts, then the requests that did not complete."""
     out = [
@@ -863,7 +877,7 @@ def render_text(v: Verdict, max_requests: int = 200) -> str:
         if v.window_start_us is not None or v.window_end_us is not None
         else "window:  none (no line in the database, or none in the window asked for)",
         f"watchdog: timeout {v.timeout_s:g} s ({v.timeout_source}); deployed: "
-        f"{'unknown' if v.deployed is None else 'yes' if v.deployed else 'no'} ({v.deployed_basis})"
+        f"{_deployed_text(v)} ({v.deployed_basis})"
         if v.timeout_s is not None
         else "watchdog: unknown",
         f"evidence: {v.evidence_level}",

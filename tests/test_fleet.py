@@ -264,3 +264,21 @@ def test_one_verdict_per_prefill_instance(ingested) -> None:
         assert g["watchdog"]["deployed"] == w["watchdog"]["deployed"], (g["host"], g["watchdog"])
         assert g["watchdog"]["timeout_s"] == w["watchdog"]["timeout_s"], (g["host"], g["watchdog"])
         assert {k: g["counts"].get(k) for k in w["counts"]} == w["counts"], (g["host"], g["counts"])
+
+
+def test_the_window_says_on_which_instances_the_watchdog_is_deployed(ingested) -> None:
+    """Builds differ (p-node-01..04 patched): the window's `deployed` is true of those only, and it
+    says so in the JSON, the text and the report's banner; the recovery under a `watchdog_missed`
+    verdict is each firing path's, never the window's `Recovered`."""
+    from pdforensics.report.html import banner
+    from tests.test_cli import run
+
+    db, _, got = ingested
+    on = f"4 of 8 prefill instances ({', '.join(f'p-node-0{k}' for k in range(1, 5))})"
+    assert got["watchdog"]["deployed_on"] == on
+    assert got["verdict"] == "watchdog_missed" and got["watchdog"]["recovery"] == "drained"
+    text = run("verdict", "--db", str(db), "--watchdog-timeout", "60").stdout
+    assert f"deployed: on {on}" in text and "deployed: yes" not in text, text
+    html = banner(got)
+    assert f"deployed on {on}" in html
+    assert "Recovered" not in html and "per path: p-node-02 → d-node-03: drained" in html

@@ -93,6 +93,8 @@ def banner(v: dict[str, Any]) -> str:
     reasons = "".join(f"<li>{escape(str(r))}</li>" for r in v.get("reasons") or [])
     wd = v.get("watchdog") or {}
     deployed = {True: "deployed", False: "not deployed"}.get(wd.get("deployed"), "deployment unknown")
+    if wd.get("deployed_on"):  # a fleet whose builds differ
+        deployed = f"deployed on {wd['deployed_on']}"
     basis = f" ({escape(str(wd['deployed_basis']))})" if wd.get("deployed_basis") else ""
     source = f" ({escape(str(wd['timeout_source']))})" if wd.get("timeout_source") else ""
     certain = v.get("certain_with") or ""
@@ -104,7 +106,7 @@ def banner(v: dict[str, Any]) -> str:
         f'<section id="verdict" class="banner v-{escape(verdict)}">'
         f'<div class="verdict" id="verdict-text">{escape(verdict)}</div>'
         f'<div class="meaning">{escape(VERDICT_MEANING.get(verdict, ""))}</div>'
-        f"{_recovery(wd)}"
+        f"{_recovery(wd, fleet=len(v.get('instances') or []) > 1)}"
         f"<ul>{reasons}</ul>"
         '<div class="facts">'
         f"<span><b>Evidence:</b> {escape(str(v.get('evidence_level') or 'unknown'))}"
@@ -126,10 +128,18 @@ RECOVERY_TEXT = {
 }
 
 
-def _recovery(wd: dict[str, Any]) -> str:
+def _recovery(wd: dict[str, Any], fleet: bool = False) -> str:
     recovery = wd.get("recovery")
     if not recovery:
         return ""
+    paths = wd.get("recovery_paths") or []
+    if fleet and paths:  # each path's recovery is its instance's, not the fleet's
+        each = "; ".join(
+            f"{p.get('prefill_host') or '?'} → {p.get('decode_host') or '?'}: {p.get('recovery')}"
+            for p in paths
+        )
+        return f'<div class="recovery r-paths" id="recovery">Where the watchdog fired, per path: {escape(each)}</div>'
+
     saturated = sum(1 for f in wd.get("firings") or [] if f.get("backpressure"))
     pressure = (
         f" {saturated} firing(s) fired while the decode was saturated: likely backpressure, not a dead peer."
