@@ -356,17 +356,19 @@ def run_simulate(
     scale: float,
     now_us: int,
     journal_remote: Path | None = None,
+    tz: str | None = None,
 ) -> Path:
     """The incident as journal export + json + expected.json, and as plain logs in out/plain/;
-    with `journal_remote`, also as a journal-remote collection there (remote-<host>.journal)."""
+    with `journal_remote`, also as a journal-remote collection there (remote-<host>.journal);
+    with `tz`, every host's local time in that zone."""
     from pdforensics.simulate import SCENARIOS, simulate, simulate_plain
     from pdforensics.simulate.remote import write_journal_remote
 
     if scenario not in SCENARIOS:
         raise UsageError(f"unknown scenario {scenario!r}; one of: {', '.join(SCENARIOS)}")
     at = parse_instant(now, now_us) if now else now_us
-    path = simulate(scenario, out, now_us=at, seed=seed, scale=scale)
-    simulate_plain(scenario, out, now_us=at, seed=seed, scale=scale)
+    path = simulate(scenario, out, now_us=at, seed=seed, scale=scale, tz=tz)
+    simulate_plain(scenario, out, now_us=at, seed=seed, scale=scale, tz=tz)
     if journal_remote is not None:
         write_journal_remote(path / "journal.export", journal_remote)
     return path

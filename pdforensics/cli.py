@@ -524,6 +524,16 @@ def simulate(
             "(OpenMetrics, for promtool tsdb create-blocks-from openmetrics). [default: none]",
         ),
     ] = None,
+    zone: Annotated[
+        str | None,
+        typer.Option(
+            "--tz",
+            metavar="ZONE",
+            callback=_zone_option,
+            help="Every host's local time is this IANA zone's, DST changes included (e.g. Europe/Berlin "
+            "with --now across a change). [default: each host's own fixed offset]",
+        ),
+    ] = None,
 ) -> None:
     """Write a realistic incident: journal export + json + plain logs (plain/) + expected.json."""
     from pdforensics.api import next_commands, run_simulate
@@ -536,7 +546,9 @@ def simulate(
     if out is None:
         raise UsageError("--out DIR is required")
     now_us = _now_us()
-    path = run_simulate(scenario, out, now, seed, scale, now_us=now_us, journal_remote=journal_remote)
+    path = run_simulate(
+        scenario, out, now, seed, scale, now_us=now_us, journal_remote=journal_remote, tz=zone
+    )
     typer.echo(f"wrote {path}: journal.export, journal.json, plain/*.log, expected.json")
     if journal_remote is not None:
         typer.echo(f"wrote {journal_remote}: remote-<host>.journal per host")

@@ -159,3 +159,19 @@ def test_a_simulated_incident_across_the_change_reads_as_its_journal(tmp_path: P
     )
     pins = {r["bootstrap_room"] for r in expected["requests"] if r["class"] == "silent_pin"}
     assert {str(r["bootstrap_room"]) for r in v.requests if r["class"] == "silent_pin"} == pins
+
+
+def test_simulate_tz_writes_the_change_and_refuses_an_unknown_zone(tmp_path: Path) -> None:
+    """`pdforensics simulate --tz ZONE --now` across the change (the DST fixture on demand), and a
+    misspelt zone is one line naming the closest (exit 2), before anything is written."""
+    from tests.test_cli import assert_one_line_error, run
+
+    out = tmp_path / "inc"
+    proc = run("simulate", "decode_restart_old_build", "--tz", "Europe/Berlin", "--now", SIMULATED_CHANGE,
+               "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    prefill = next((out / "plain").glob("*prefill*.log")).read_text()
+    assert prefill.index("[2026-10-25 02:59:") < prefill.index("[2026-10-25 02:00:")  # the hour twice
+    bad = run("simulate", "healthy", "--tz", "Europe/Berln", "--out", str(tmp_path / "bad"))
+    assert_one_line_error(bad, 2, "did you mean Europe/Berlin?")
+    assert not (tmp_path / "bad").exists()
