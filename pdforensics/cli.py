@@ -491,6 +491,160 @@ def compare(
         raise typer.Exit(check_code(result))
 
 
+# ------------------------------------------------------------------ drill
+
+
+@app.command(epilog=example("pdforensics drill --router http://127.0.0.1:30000 --dry-run"))
+def drill(
+    router: Annotated[
+        str | None,
+        typer.Option(metavar="URL", help="The router (or an engine) serving SGLang's HTTP API. [required]"),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(metavar="N", help="Requests at once (never more).")] = 15,
+    rounds: Annotated[int, typer.Option(metavar="N", help="Rounds of --concurrency requests.")] = 2,
+    abort_at: Annotated[
+        str,
+        typer.Option(
+            metavar="WHEN",
+            help="transfer (at 70% of the warm-up's time to first token: racing the KV transfer), "
+            "first-token (a control), or random.",
+        ),
+    ] = "transfer",
+    prompt_tokens: Annotated[int, typer.Option(metavar="N", help="Prompt size in tokens (about).")] = 4096,
+    max_new_tokens: Annotated[int, typer.Option(metavar="N", help="Tokens asked of each request.")] = 64,
+    warmup: Annotated[
+        int, typer.Option(metavar="N", help="Unaborted warm-up requests timing the first token.")
+    ] = 3,
+    endpoint: Annotated[
+        str, typer.Option(metavar="API", help="generate (/generate) or openai (/v1/completions), streaming.")
+    ] = "generate",
+    metrics: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL",
+            help="An engine's /metrics for the brakes, repeatable. [default: the engines the router's "
+            "/workers lists, else the router's /metrics]",
+        ),
+    ] = None,
+    max_inflight_rise: Annotated[
+        int, typer.Option(metavar="N", help="Brake: the prefill inflight queue this far above its baseline.")
+    ] = 20,
+    max_throughput_drop: Annotated[
+        float,
+        typer.Option(
+            metavar="FRACTION", help="Brake: decode gen throughput down this much from the warm-up's."
+        ),
+    ] = 0.5,
+    max_errors: Annotated[
+        int, typer.Option(metavar="N", help="Brake: more HTTP 5xx/connection errors than this.")
+    ] = 5,
+    max_queued_requests: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="The deployment's --max-queued-requests; brake when a queue is within 10% of it. [default: unchecked]",
+        ),
+    ] = None,
+    max_duration: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Brake: the drill's duration.")
+    ] = 300.0,
+    poll: Annotated[float, typer.Option(metavar="SECONDS", help="How often the brakes read /metrics.")] = 1.0,
+    seed: Annotated[int, typer.Option(metavar="N", help="Seed of --abort-at random.")] = 0,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Run without asking. [default: ask on a terminal]")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan only.")] = False,
+    db: DbOpt = DEFAULT_DB,
+    unit: UnitOpt = None,
+    directory: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--directory",
+            "-D",
+            metavar="DIR",
+            readable=False,
+            help="Journal directory holding the engines' logs, repeatable. [default: the local journal]",
+        ),
+    ] = None,
+    journal_file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--journal-file",
+            metavar="FILE",
+            readable=False,
+            help="A .journal file, repeatable. [default: none]",
+        ),
+    ] = None,
+    file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--file",
+            "-f",
+            metavar="FILE",
+            readable=False,
+            help="A plain SGLang log or a journalctl export, repeatable. [default: none]",
+        ),
+    ] = None,
+    tz: TzOpt = None,
+    host: HostOpt = None,
+    watchdog_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--watchdog-timeout",
+            metavar="SECONDS",
+            help="The watchdog timeout: the drill waits it + --grace before answering. [default: 300 s, "
+            "and the verdict reads the timeout from the logs]",
+        ),
+    ] = None,
+    grace: GraceOpt = None,
+    json_out: JsonOpt = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="One monitoring-plugin line; exit 0 watchdog_proven or no_pin_under_race, 1 "
+            "race_not_reproduced, 2 watchdog_missed, 3 inconclusive (or the drill could not run).",
+        ),
+    ] = False,
+) -> None:
+    """A bounded abort drill against a live deployment, then the verdict on its own window."""
+    import json
+
+    from pdforensics.drill import Brakes, Plan, check_code, check_line, render_text
+    from pdforensics.drill import drill as run_drill
+
+    if router is None:
+        raise UsageError("--router URL is required")
+    brakes = Brakes(
+        max_inflight_rise=max_inflight_rise, max_throughput_drop=max_throughput_drop, max_errors=max_errors,
+        max_queued_requests=max_queued_requests, max_duration_s=max_duration,
+    )  # fmt: skip
+    plan = Plan(
+        router=router, concurrency=concurrency, rounds=rounds, abort_at=abort_at, prompt_tokens=prompt_tokens,
+        max_new_tokens=max_new_tokens, warmup=warmup, endpoint=endpoint,
+        watchdog_timeout_s=watchdog_timeout or 300.0, grace_s=10.0 if grace is None else grace, poll_s=poll,
+        metrics=list(metrics or []), brakes=brakes, seed=seed,
+    )  # fmt: skip
+    say = (lambda line: _err(line)) if (json_out or check) else typer.echo
+    say(plan.text())
+    if dry_run:
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError("not on a terminal: pass --yes to run the drill, or --dry-run for the plan")
+        if not typer.confirm("Run this drill?", default=False):
+            say("not run")
+            return
+    answer = run_drill(
+        plan, db, directories=directory, journal_files=journal_file, files=file, units=unit, tz=tz, host=host,
+        timeout_stated=watchdog_timeout is not None, say=say,
+    )  # fmt: skip
+    if check:
+        typer.echo(check_line(answer))
+        raise typer.Exit(check_code(answer))
+    typer.echo(json.dumps(answer.to_json(), indent=2) if json_out else render_text(answer))
+
+
 # ------------------------------------------------------------------ simulate
 
 
@@ -534,11 +688,37 @@ def simulate(
             "with --now across a change). [default: each host's own fixed offset]",
         ),
     ] = None,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve",
+            help="Serve a stand-in PD deployment on 127.0.0.1 instead (SGLang's HTTP API, its log lines "
+            "in --out), for `pdforensics drill`; Ctrl-C stops it (docs/drill.md).",
+        ),
+    ] = False,
+    build: Annotated[
+        str, typer.Option(metavar="NAME", help="--serve: the stand-in's bugs (--serve --list lists them).")
+    ] = "race-pins-watchdog",
+    port: Annotated[
+        int, typer.Option(metavar="PORT", help="--serve: the router's port; the engines take the next two.")
+    ] = 30000,
 ) -> None:
     """Write a realistic incident: journal export + json + plain logs (plain/) + expected.json."""
     from pdforensics.api import next_commands, run_simulate
     from pdforensics.simulate import SCENARIOS
 
+    if serve:
+        from pdforensics.simulate.serve import BUILDS, build_config
+        from pdforensics.simulate.serve import serve as run_serve
+
+        if list_:
+            for name, (text, _) in BUILDS.items():
+                typer.echo(f"{name:24s} {text}")
+            return
+        if out is None:
+            raise UsageError("--out DIR is required (where the stand-in writes its logs)")
+        run_serve(build_config(build, out), port, announce=typer.echo)
+        return
     if list_ or scenario is None:
         for name, sc in SCENARIOS.items():
             typer.echo(f"{name:32s} {sc.description}")

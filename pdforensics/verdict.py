@@ -895,14 +895,18 @@ def render_text(v: Verdict, max_requests: int = 200) -> str:
         ]
     if v.requests:
         out += ["", f"requests not completed ({len(v.requests):,}):"]
+        # the hosts first: on a fleet, which pair to look at (or restart) is the question
+        hosts = [f"{r.get('prefill_host') or '-'} -> {r.get('decode_host') or '-'}" for r in v.requests]
+        w = max(len("prefill -> decode host"), *map(len, hosts[:max_requests]))
         out.append(
-            f"  {'bootstrap_room':<20} {'class':<16} {'flags':<30} {'dwell':>9}  prefill_rid / decode_rid"
+            f"  {'bootstrap_room':<20} {'class':<16} {'flags':<30} {'dwell':>9}  "
+            f"{'prefill -> decode host':<{w}}  prefill_rid / decode_rid"
         )
-        for r in v.requests[:max_requests]:
+        for r, pair in zip(v.requests[:max_requests], hosts, strict=False):
             flags = ",".join(k for k in ("abort_race", "across_restart", "one_sided") if r[k]) or "-"
             dwell = "-" if r["dwell_s"] is None else f"{r['dwell_s']:.1f}s"
             out.append(
-                f"  {r['bootstrap_room']:<20} {r['class']:<16} {flags:<30} {dwell:>9}  "
+                f"  {r['bootstrap_room']:<20} {r['class']:<16} {flags:<30} {dwell:>9}  {pair:<{w}}  "
                 f"{r['prefill_rid'] or '-'} / {r['decode_rid'] or '-'}"
             )
         if len(v.requests) > max_requests:

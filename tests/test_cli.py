@@ -180,7 +180,7 @@ def _runs(db: Path) -> list[tuple[int, str]]:
         con.close()
 
 
-TZ_COMMANDS = ("ingest", "watch")
+TZ_COMMANDS = ("ingest", "watch", "drill")
 
 
 def test_every_command_taking_tz_is_tested_below() -> None:
@@ -255,6 +255,7 @@ COMMANDS = (
     "demo",
     "catalog",
     "watch",
+    "drill",
 )
 
 
