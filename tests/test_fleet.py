@@ -282,3 +282,22 @@ def test_the_window_says_on_which_instances_the_watchdog_is_deployed(ingested) -
     html = banner(got)
     assert f"deployed on {on}" in html
     assert "Recovered" not in html and "per path: p-node-02 → d-node-03: drained" in html
+
+
+def test_the_text_verdict_names_each_requests_prefill_and_decode_host(scenario_db) -> None:
+    """Issue 28, item 3: the requests `verdict` prints name their pair, as `--json requests[]` does."""
+    from pdforensics.verdict import compute_verdict, render_text
+
+    con = store.open_db(scenario_db("json", NAME), read_only=True)
+    try:
+        v = compute_verdict(con, VerdictOptions(watchdog_timeout_s=60))
+    finally:
+        con.close()
+    text = render_text(v).splitlines()
+    head = text.index(next(x for x in text if x.startswith("requests not completed")))
+    assert "prefill -> decode host" in text[head + 1]
+    rows = {x.split()[0]: x for x in text[head + 2 : head + 2 + len(v.requests)]}
+    assert len(rows) == len(v.requests) == 9
+    for r in v.requests:
+        assert r["prefill_host"] and r["decode_host"]
+        assert f"  {r['prefill_host']} -> {r['decode_host']} " in rows[r["bootstrap_room"]]

@@ -483,3 +483,101 @@ def test_the_reports_own_sentences_read_cleanly(report: str) -> None:
     texts += re.findall(r'<div class="muted">(.*?)</div>', report) + re.findall(r"<li>(.*?)</li>", report)
     own = [s for s in texts if "watchdog deployed" not in s and "request(s)" not in s]  # (SQL-built reasons)
     assert own and [s for s in own if BAD_SENTENCE.search(s)] == []
+
+
+# ------------------------------------------------------------------ fleets an SRE can read (issue 28, items 3, 8)
+
+
+@pytest.fixture(scope="module")
+def fleet_page(scenario_db, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    """The 16-host fleet's report and its verdict (the shared database, read-only)."""
+    db = scenario_db("json", "fleet_16_hosts")
+    con = store.open_db(db, read_only=True)
+    try:
+        v = compute_verdict(con, OPTS).to_json()
+        page = write_report(con, tmp_path_factory.mktemp("fleet") / "fleet.html", OPTS).read_text()
+    finally:
+        con.close()
+    return page, v
+
+
+def test_a_fleet_has_a_fleet_section_in_the_navigation_with_compact_rows(
+    fleet_page: tuple[str, dict],
+) -> None:
+    page, v = fleet_page
+    nav = re.search(r'<nav class="toc">(.*?)</nav>', page, re.S)
+    assert nav and '<a href="#fleet">Fleet</a>' in nav.group(1)
+    assert '<section id="fleet"><h2>Fleet</h2>' in page
+    inst = next(t for t in _data_block(page)["tables"] if t["id"] == "instances")
+    # no column that wraps (a row 5 lines tall): the reasons are in the row's expansion instead
+    assert [c["type"] for c in inst["columns"] if c["type"] == "wrap"] == []
+    hosts = [r[0] for r in inst["rows"]]
+    assert hosts == [i["host"] for i in v["instances"]] and len(hosts) == 8
+    assert [e["reasons"] for e in inst["expand"]] == [i["reasons"] for i in v["instances"]]
+
+
+def test_a_single_prefill_has_no_fleet_link(report: str) -> None:
+    assert 'href="#fleet"' not in report and 'id="tl-pick"' not in report
+
+
+def test_a_fleets_timeline_starts_on_the_worst_prefill_and_its_decode(fleet_page: tuple[str, dict]) -> None:
+    page, v = fleet_page
+    fleet = _data_block(page)["fleet"]
+    assert fleet["hosts"]["prefill"] == [i["host"] for i in v["instances"]]
+    assert len(fleet["hosts"]["decode"]) == 8
+    worst = v["instances"][0]["host"]
+    stuck = [
+        r["decode_host"] for r in v["requests"] if r["prefill_host"] == worst and r["class"] == "silent_pin"
+    ]
+    assert fleet["default"] == {"prefill": worst, "decode": stuck[0]}
+    assert fleet["default"] == {"prefill": "p-node-05", "decode": "d-node-03"}
+    gauges = [t for t in _data_block(page, "pdf-fig-timeline")["data"] if t.get("meta")]
+    every = set(fleet["hosts"]["prefill"]) | set(fleet["hosts"]["decode"])
+    assert {t["meta"]["host"] for t in gauges} == every
+    assert 'id="tl-pick"' in page
+
+
+def test_a_gauge_line_stops_while_its_engine_is_down(fleet_page: tuple[str, dict], scenario_db) -> None:
+    page, _ = fleet_page
+    con = store.open_db(scenario_db("json", "fleet_16_hosts"), read_only=True)
+    try:
+        from pdforensics.verdict import apply_options, ensure_views
+
+        ensure_views(con)
+        apply_options(con, OPTS)
+        restarts = con.execute("SELECT host, gone_t, up_t FROM engine_restarts").fetchall()
+    finally:
+        con.close()
+    assert len(restarts) == 1 and restarts[0][0] == "d-node-03"
+    host, gone, up = restarts[0]
+    gauges = [t for t in _data_block(page, "pdf-fig-timeline")["data"] if t.get("meta")]
+    decode = [t for t in gauges if t["meta"]["engine"] == "decode"]
+    for t in decode:
+        xy = list(zip(t["x"], t["y"], strict=True))
+        if t["meta"]["host"] != host:
+            assert None not in t["y"], t["meta"]
+            continue
+        cut = t["y"].index(None)
+        # held to the old process's last line, then no line until the new one's first batch line
+        assert xy[cut - 1][0] == xy[cut][0] == gone / 1000
+        assert xy[cut + 1][0] >= up / 1000, t["meta"]
+        assert not any(gone / 1000 < x < up / 1000 for x, y in xy if y is not None)
+
+
+def test_the_healthy_timeline_draws_the_floor_the_verdict_reads(scenario_db, tmp_path: Path) -> None:
+    con = store.open_db(scenario_db("json", "healthy"), read_only=True)
+    try:
+        page = write_report(con, tmp_path / "h.html", OPTS).read_text()
+    finally:
+        con.close()
+    gauges = {t["legendgroup"]: t for t in _prefill_gauges(page)}
+    floor, raw = gauges["inflight_floor"], gauges["inflight_req"]
+    assert max(raw["y"]) > max(floor["y"]) == 0, "the raw gauge is above the floor: the test is not moot"
+    assert floor.get("visible") is True and raw["visible"] == "legendonly"  # listed, drawn on a click
+    assert raw["name"].endswith("raw #inflight-req") and "the verdict reads the floor" in raw["hovertemplate"]
+
+
+def test_the_swimlanes_share_the_timelines_plot_margins(report: str) -> None:
+    timeline = _data_block(report, "pdf-fig-timeline")["layout"]["margin"]
+    gantt = _data_block(report, "pdf-fig-gantt")["layout"]["margin"]
+    assert (timeline["l"], timeline["r"]) == (gantt["l"], gantt["r"])

@@ -243,8 +243,8 @@ def test_an_empty_window_in_the_browser_names_what_to_check(browser: Any, tmp_pa
 
 
 def test_a_fleet_row_shows_that_instances_requests(browser: Any, tmp_path: Path) -> None:
-    """Two prefill instances: the fleet table lists them worst first; a row drills into the
-    requests table, narrowed to that prefill host, and its chip shows every request again."""
+    """Two prefill instances: the fleet table lists them worst first; a row opens, and its button
+    drills into the requests table, narrowed to that prefill host; its chip shows every request again."""
     from test_fleet_instances import healthy_and_pinned
     from verdict_helpers import Log
 
@@ -262,6 +262,7 @@ def test_a_fleet_row_shows_that_instances_requests(browser: Any, tmp_path: Path)
         ]
         every = pg.locator("#tbl-requests tbody tr").count()
         pg.locator("#tbl-instances tbody tr", has_text="gpu-c").click()
+        pg.locator("#tbl-instances tr.expanded button.to-requests").click()
         pg.wait_for_function("document.querySelector('#tbl-requests .chip-exact').hidden === false")
         col = pg.locator("#tbl-requests th").all_inner_texts().index("prefill host") + 1
         shown = pg.locator(f"#tbl-requests tbody tr td:nth-child({col})").all_inner_texts()
@@ -271,3 +272,146 @@ def test_a_fleet_row_shows_that_instances_requests(browser: Any, tmp_path: Path)
         assert not p.errors
     finally:
         p.close()
+
+
+# ------------------------------------------------------------------ fleets an SRE can read (issue 28, items 3, 8)
+
+# Every gauge trace plotly drew in the timeline's subplot `axis` (xy: prefill, x2y2: decode), by its
+# trace's meta (d3 binds each drawn trace's data to its element).
+DRAWN = """(axis) => Array.from(document.querySelectorAll(`#fig-timeline .subplot.${axis} .scatterlayer .trace`))
+  .map(e => e.__data__ && e.__data__[0] && e.__data__[0].trace.meta).filter(m => m && m.host)"""
+# The x extent of the timeline's last subplot and of the swimlanes' plot area
+AXES = """() => ['#fig-timeline', '#fig-gantt'].map(f => {
+  const r = Array.from(document.querySelectorAll(f + ' .nsewdrag')).pop().getBoundingClientRect();
+  return [r.left, r.right]; })"""
+
+
+@pytest.fixture(scope="module")
+def fleet_report(scenario_db: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(
+        scenario_db("json", "fleet_16_hosts"), tmp_path_factory.mktemp("fleet") / "fleet.html", False
+    )
+
+
+def _page_width(page: Any) -> int:
+    return page.evaluate("document.documentElement.scrollWidth")
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_a_fleet_row_is_one_line_and_opens_to_its_requests(
+    browser: Any, fleet_report: Path, size: str
+) -> None:
+    width = SIZES[size][0]
+    page = _open(browser, fleet_report, size)
+    try:
+        link = page.locator("nav.toc a[href='#fleet']")
+        assert link.inner_text() == "Fleet" and link.is_visible()
+        rows = page.locator("#tbl-instances tbody tr")
+        heights = page.evaluate(
+            "() => Array.from(document.querySelectorAll('#tbl-instances tbody tr')).map(r => r.getBoundingClientRect().height)"
+        )
+        line = page.evaluate(
+            "parseFloat(getComputedStyle(document.querySelector('#tbl-instances td')).lineHeight)"
+        )
+        assert len(heights) == 8 and max(heights) < 2 * line, (heights, line)  # one line of text each
+        rows.first.click()
+        expansion = page.locator("#tbl-instances tr.expanded")
+        expansion.wait_for()
+        assert rows.first.get_attribute("aria-expanded") == "true"
+        assert "held by the prefill longer than" in expansion.inner_text()  # its deciding reason
+        rooms = [r.get_attribute("data-room") for r in expansion.locator("tbody tr").all()]
+        # its own requests only (p-node-05's: the silent pin first), and the page still fits the screen
+        hosts = page.evaluate(
+            """(rooms) => { const t = JSON.parse(document.getElementById('pdf-data').textContent).tables
+                .find(t => t.id === 'requests'); const k = t.columns.map(c => c.key);
+              return rooms.map(r => t.rows.find(x => String(x[k.indexOf('room')]) === r)[k.indexOf('p_host')]); }""",
+            rooms,
+        )
+        assert rooms and len(rooms) <= 12 and set(hosts) == {"p-node-05"}
+        assert (
+            page.locator("#tbl-instances tr.expanded tbody tr").first.inner_text().split()[1] == "silent_pin"
+        )
+        assert _page_width(page) <= width
+        box = page.evaluate("() => document.querySelector('.expansion').getBoundingClientRect().right")
+        assert box <= width
+        # a request in it opens its detail; the Requests table narrows to the instance
+        expansion.locator("tbody tr").first.click()
+        page.wait_for_selector("#detail-plot .main-svg")
+        assert rooms[0] in page.inner_text("#detail h3")
+        assert _page_width(page) <= width
+        expansion.locator("button.to-requests").click()
+        page.wait_for_function("document.querySelector('#tbl-requests .chip-exact').hidden === false")
+        col = page.locator("#tbl-requests th").all_inner_texts().index("prefill host") + 1
+        assert set(page.locator(f"#tbl-requests tbody tr td:nth-child({col})").all_inner_texts()) == {
+            "p-node-05"
+        }
+        rows.first.click()  # closes again
+        page.wait_for_function("!document.querySelector('#tbl-instances tr.expanded')")
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_a_fleets_timeline_draws_one_instance_per_engine(browser: Any, fleet_report: Path, size: str) -> None:
+    page = _open(browser, fleet_report, size)
+    try:
+        prefill, decode = page.evaluate(DRAWN, "xy"), page.evaluate(DRAWN, "x2y2")
+        assert {m["host"] for m in prefill} == {"p-node-05"} and {m["host"] for m in decode} == {"d-node-03"}
+        # the floor, #bootstrap-req, #queue-req: the raw #inflight-req is listed, not drawn
+        assert sorted(m["label"] for m in prefill) == ["#bootstrap-req", "#queue-req",
+                                                       "inflight floor (#inflight-req − #new-seq)"]  # fmt: skip
+        legend = page.locator("#fig-timeline .legendtext").all_text_contents()
+        assert any("p-node-05 prefill raw #inflight-req" in t for t in legend)
+        page.select_option("#pick-prefill", "p-node-08")
+        page.wait_for_function(f"({DRAWN})('xy').every(m => m.host === 'p-node-08')")
+        legend = " ".join(page.locator("#fig-timeline .legendtext").all_text_contents())
+        assert "p-node-08 prefill inflight floor" in legend and "p-node-05" not in legend
+        page.select_option("#pick-prefill", "*")
+        page.wait_for_function(f"new Set(({DRAWN})('xy').map(m => m.host)).size === 8")
+        assert len(page.evaluate(DRAWN, "xy")) == 3 * 8
+        assert _page_width(page) <= SIZES[size][0]
+        # d-node-03 restarted: each of its gauges is two stretches of line, none across the downtime
+        paths = page.evaluate(
+            """() => Array.from(document.querySelectorAll('#fig-timeline .subplot.x2y2 .scatterlayer .trace'))
+              .filter(e => e.__data__[0].trace.meta.host === 'd-node-03')
+              .map(e => Array.from(e.querySelectorAll('path.js-line'))
+                .reduce((n, p) => n + (p.getAttribute('d').match(/M/g) || []).length, 0))"""
+        )
+        assert paths and all(n == 2 for n in paths), paths
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_the_swimlanes_time_axis_lines_up_with_the_timeline(
+    browser: Any, reports: dict[str, Path], fleet_report: Path, size: str
+) -> None:
+    for report in (reports["redacted"], fleet_report):
+        page = _open(browser, report, size)
+        try:
+            (t_left, t_right), (g_left, g_right) = page.evaluate(AXES)
+            assert abs(t_left - g_left) <= 1 and abs(t_right - g_right) <= 1, (
+                t_left,
+                t_right,
+                g_left,
+                g_right,
+            )
+        finally:
+            page.close()
+
+
+def test_a_requests_detail_keeps_the_phone_page_390_px_wide(browser: Any, reports: dict[str, Path]) -> None:
+    page = _open(browser, reports["redacted"], "phone")
+    try:
+        assert page.evaluate("window.innerWidth") == 390
+        page.locator("#tbl-pins tbody tr.clickable").first.click()
+        page.wait_for_selector("#detail-plot .main-svg")
+        assert page.locator("#detail table.events tbody tr").count() > 0
+        assert _page_width(page) <= 390
+        # the events table scrolls inside its own box instead
+        client, scroll = page.evaluate(
+            "() => { const b = document.querySelector('#detail .scroll'); return [b.clientWidth, b.scrollWidth]; }"
+        )
+        assert client <= 390 < scroll
+    finally:
+        page.close()

@@ -143,8 +143,10 @@ def _assemble(
         holes = data.holes(ctx)
         storms = data.abort_storms(ctx)
         deadlines, _ = data.open_deadlines(ctx)
+        gauges = data.gauge_series(ctx)
+        data.break_at_downtime(gauges, restarts)
         timeline = figures.timeline(
-            data.gauge_series(ctx), [data.point_markers(ctx, k) for k in ("watchdog", "abort", "failure")],
+            gauges, [data.point_markers(ctx, k) for k in ("watchdog", "abort", "failure")],
             data.lifecycle_points(ctx), restarts, holes, storms, deadlines, window, ctx.timeout_s, ctx.grace_s,
         )  # fmt: skip
         lanes, not_done = data.gantt_requests(ctx)
@@ -182,6 +184,7 @@ def _assemble(
             "window": {"start_us": window[0], "end_us": window[1]},
             "legend": figures.legend_items(restarts, holes, storms),
             "gantt_note": _gantt_note(lanes, not_done),
+            "fleet": data.fleet_view(verdict, gauges),
         }
         return model, {"timeline": timeline, "gantt": gantt}
     finally:
@@ -221,7 +224,7 @@ def _empty_model(
     return {
         "meta": _meta(con, window, show_prompts), "verdict": view, "notes": [], "tables": [], "requests": {},
         "phase_colors": {}, "window": {"start_us": window[0], "end_us": window[1]}, "legend": [],
-        "gantt_note": "", "empty": empty,
+        "gantt_note": "", "empty": empty, "fleet": None,
     }  # fmt: skip
 
 

@@ -58,7 +58,7 @@ CLASS_ORDER = [
 FLOOR = ("inflight_floor", "inflight floor (#inflight-req − #new-seq)")
 PREFILL_GAUGES = [
     FLOOR,
-    ("inflight_req", "#inflight-req"),
+    ("inflight_req", "raw #inflight-req"),  # counts the batch's new requests: not what the verdict reads
     ("bootstrap_req", "#bootstrap-req"),
     ("queue_req", "#queue-req"),
 ]
@@ -217,9 +217,33 @@ def _series_from(frame: pl.DataFrame, bucketed: bool) -> list[dict[str, Any]]:
             if all(v is None for v in y):
                 continue
             agg = ("min" if metric == FLOOR[0] else "max") if bucketed else None
-            out.append({"engine": engine, "stream": stream, "metric": metric, "label": label, "x_us": x, "y": y,
-                        "agg": agg})  # fmt: skip
+            out.append({"engine": engine, "host": host or "?", "stream": stream, "metric": metric, "label": label,
+                        "x_us": x, "y": y, "agg": agg})  # fmt: skip
     return out
+
+
+def break_at_downtime(series: list[dict[str, Any]], restarts: list[dict[str, Any]]) -> None:
+    """Ends each gauge line where its engine's process was gone (its last line → up again, or for
+    good), in place: a step line would otherwise hold the last value flat through the downtime, a
+    queue that looks full while nothing was running. The old process's draining lines are kept."""
+    down: dict[tuple[str, str], list[int]] = {}  # (no sample lies inside a span: its process was gone)
+    for r in restarts:
+        start = r.get("gone_t") or r.get("stop_t")
+        if start is not None:
+            down.setdefault((r.get("host") or "?", r["engine"]), []).append(int(start))
+    for s in series:
+        for start in down.get((s["host"], s["engine"]), []):
+            x, y = s["x_us"], s["y"]
+            before = [i for i, t in enumerate(x) if t is not None and t <= start]
+            if not before:
+                continue
+            i = before[-1]
+            if i + 1 < len(x) and y[i + 1] is None:  # already broken (two spans at one point)
+                continue
+            # hold the last value to the moment the process was gone, then no line until it is back
+            # (new lists: a stream's gauges share one list of times)
+            s["x_us"] = [*x[: i + 1], start, start, *x[i + 1 :]]
+            s["y"] = [*y[: i + 1], y[i], None, *y[i + 1 :]]
 
 
 # ------------------------------------------------------------------ markers
@@ -573,30 +597,54 @@ def restarts_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def instances_table(verdict: dict[str, Any]) -> dict[str, Any] | None:
-    """A fleet: one row per prefill instance, worst first (the verdict's `instances`); a row
-    drills into the requests table, filtered to that prefill host. None for a single prefill."""
+    """A fleet: one compact row per prefill instance, worst first (the verdict's `instances`); a row
+    expands to its reasons and its requests (`expand`, in row order; the requests come from the
+    requests table's rows, `drill`: its `p_host` column). None for a single prefill."""
     instances = verdict.get("instances") or []
     if len(instances) < 2:
         return None
-    rows = []
+    rows, expand = [], []
     for i in instances:
         wd, counts = i["watchdog"], i["counts"]
         rows.append({
             "host": i["host"] or "?", "verdict": i["verdict"],
             "deployed": {True: "yes", False: "no"}.get(wd["deployed"], "unknown"),
-            "timeout_s": wd["timeout_s"], "timeout_source": wd["timeout_source"], "firings": wd["firings"],
+            "timeout_s": wd["timeout_s"], "firings": wd["firings"],
             "recovery": wd["recovery"], **{k: counts.get(k, 0) for k in _INSTANCE_COUNTS},
-            "reason": (i["reasons"] or [""])[0],
         })  # fmt: skip
+        # long text (reasons, where the timeout came from) wraps: it would make every row 5 lines tall
+        expand.append({"reasons": i["reasons"] or [], "timeout_source": wd["timeout_source"]})
     cols = [("host", "prefill host", "text"), ("verdict", "verdict", "verdict"), ("deployed", "watchdog", "text"),
-            ("timeout_s", "timeout s", "num"), ("timeout_source", "timeout from", "text"), ("firings", "firings", "num"),
-            ("recovery", "recovery", "text"), *((k, k.replace("_", " "), "num") for k in _INSTANCE_COUNTS),
-            ("reason", "deciding reason", "wrap")]  # fmt: skip
+            ("timeout_s", "timeout s", "num"), ("firings", "firings", "num"), ("recovery", "recovery", "text"),
+            *((k, k.replace("_", " "), "num") for k in _INSTANCE_COUNTS)]  # fmt: skip
     spec = table("instances", "Prefill instances", cols, rows, room=None,
                  description="Each prefill instance judged on its own lines and requests, worst first; the "
-                 "window's verdict is the worst of them. Click a row for its requests.")  # fmt: skip
+                 "window's verdict is the worst of them. Click a row for its reasons and requests.")  # fmt: skip
+    spec["expand"] = expand
     spec["drill"] = {"table": "requests", "key": "host", "column": "p_host"}
     return spec
+
+
+def fleet_view(verdict: dict[str, Any], gauges: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The instances the timeline can show one at a time, and which it shows first: the worst
+    prefill, and the decode most of the requests that did not complete went to (most of its own
+    first). None when no engine has gauges from more than one host (nothing is drawn over another)."""
+    hosts: dict[str, list[str]] = {"prefill": [], "decode": []}
+    for s in gauges:
+        if s["host"] not in hosts[s["engine"]]:
+            hosts[s["engine"]].append(s["host"])
+    if max(len(h) for h in hosts.values()) < 2:
+        return None
+    order = [i["host"] or "?" for i in verdict.get("instances") or []]
+    hosts["prefill"].sort(key=lambda h: (order.index(h) if h in order else len(order), h))
+    hosts["decode"].sort()
+    worst = hosts["prefill"][0] if hosts["prefill"] else None
+    reqs = verdict.get("requests") or []
+    mine = [r for r in reqs if r.get("prefill_host") == worst] or reqs
+    votes = [r["decode_host"] for r in mine if r.get("decode_host") in hosts["decode"]]
+    decode = max(dict.fromkeys(votes), key=votes.count) if votes else (hosts["decode"] or [None])[0]
+    verdicts = {i["host"] or "?": i["verdict"] for i in verdict.get("instances") or []}
+    return {"hosts": hosts, "default": {"prefill": worst, "decode": decode}, "verdicts": verdicts}
 
 
 _INSTANCE_COUNTS = ("silent_pin", "undecided", "watchdog_fired", "anonymous_pins", "completed", "requests")

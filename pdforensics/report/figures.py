@@ -44,6 +44,10 @@ GAUGE_STYLE = {
 # 24 streams × 4 gauges would otherwise be 96 entries.
 HOLE_COLORS = {"journald_suppression": "#f2a900", "parse_error": "#c4591b", "engine_down": "#6e7781",
                "engine_silent": "#1b7c83"}  # fmt: skip
+RAW_INFLIGHT = "inflight_req"
+# The timeline and the swimlanes share one time axis: the same plot margins put it at the same pixels
+# (left: the swimlanes' request labels; right: the timeline's legends, and the swimlanes').
+MARGIN_L, MARGIN_R = 250, 260
 MARKER_LANES = ["engine lifecycle", "watchdog firings", "aborts", "failures", "coverage holes"]
 MAX_SHAPES = 300
 
@@ -112,7 +116,7 @@ def timeline(
     for tr in [*_marker_traces(markers, lifecycle), *_hole_traces(holes)]:
         fig.add_trace(tr.update(legend=_legend_name(marker_row)), row=marker_row, col=1)
     layout = _base_layout(int(190 * sum(h for _, h in rows) + 100))
-    layout["margin"] = {"l": 120, "r": 260, "t": 30, "b": 40}
+    layout["margin"] = {"l": MARGIN_L, "r": MARGIN_R, "t": 30, "b": 40}
     layout["shapes"] = _window_shapes(restarts, holes, storms, window)
     fig.update_layout(**layout)
     _row_legends(fig, len(rows))
@@ -156,11 +160,19 @@ def _gauge_trace(s: dict[str, Any], n_streams: int, first: bool) -> dict[str, An
     color, width = GAUGE_STYLE.get(s["metric"], ("#6e7781", 1.2))
     stream_name = f"{s['stream']} {s['label']}"
     legend = stream_name if n_streams == 1 else f"{s['label']} ({n_streams} streams)"
+    raw = s["metric"] == RAW_INFLIGHT
     return {
         "x": [_ms(x) for x in s["x_us"]], "y": s["y"], "name": escape(legend), "mode": "lines",
         "legendgroup": s["metric"], "showlegend": first,
+        # the raw gauge sits above the floor whenever a batch admits requests: drawn, it reads as
+        # requests stuck in a healthy window; one click on its legend entry draws it
+        "visible": "legendonly" if raw else True,
         "line": {"width": width, "color": color, "shape": "hv"},
-        "hovertemplate": f"{escape(stream_name)}: %{{y}}<br>%{{x|%H:%M:%S}}<extra></extra>",
+        # (report.js's instance picker: which host and label, unescaped, for its own escaping)
+        "meta": {"host": s.get("host", "?"), "engine": s["engine"], "label": s["label"], "stream": s["stream"]},
+        "hovertemplate": f"{escape(stream_name)}: %{{y}}"
+        + (" (counts this batch's new requests; the verdict reads the floor)" if raw else "")
+        + "<br>%{x|%H:%M:%S}<extra></extra>",
     }  # fmt: skip
 
 
@@ -343,7 +355,9 @@ def gantt(
                         marker={"symbol": symbol, "color": color, "size": size, "line": {"width": 2, "color": color}},
                         hovertemplate=f"{escape(what)} %{{x|%H:%M:%S.%L}}<extra></extra>")  # fmt: skip
     layout = _base_layout(max(260, 24 * len(lanes) + 140))
-    layout.update(barmode="overlay", margin={"l": 250, "r": 20, "t": 40, "b": 40})
+    layout.update(barmode="overlay", margin={"l": MARGIN_L, "r": MARGIN_R, "t": 40, "b": 40})
+    layout["legend"] = {"x": 1.01, "xanchor": "left", "y": 1, "yanchor": "top", "orientation": "v",
+                        "font": {"size": 11}}  # fmt: skip
     min_us = max(200_000, (window[1] - window[0]) // 300)
     layout["shapes"] = [_rect(r["stop_t"], r.get("up_t") or r.get("gone_t") or r["stop_t"], "#6e7781", 0.15, min_us)
                         for r in restarts][:MAX_SHAPES]  # fmt: skip

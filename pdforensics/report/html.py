@@ -190,14 +190,21 @@ def _tables(tables: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
+PICKER = '<div id="tl-pick" class="picker"></div>'
+
+
 def _panels(model: dict[str, Any], gantt_note: str) -> str:
     return (
         '<section id="timeline"><h2>Timeline</h2>'
         '<div class="muted">The inflight floor (#inflight-req − #new-seq, what the verdict reads) and the '
-        "engines' other gauges from their batch lines; markers for restarts, watchdog firings, aborts and "
-        "journald holes; each open request's watchdog deadline and deadline + grace. One time axis (UTC); "
-        "drag to zoom, double-click to reset.</div>"
+        "engines' other gauges from their batch lines (the raw #inflight-req, which counts the batch's new "
+        "requests too, is in the legend: click it to draw it); a gauge's line stops while its engine is "
+        "down; markers for restarts, watchdog firings, aborts and journald holes; each open request's "
+        "watchdog deadline and deadline + grace. One time axis (UTC), the swimlanes' too; drag to zoom, "
+        "double-click to reset.</div>"
         f"{_legend(model.get('legend', []))}"
+        # a fleet: one instance per engine at a time (report.js fills it), not every stream over another
+        f"{PICKER if model.get('fleet') else ''}"
         '<div id="fig-timeline" class="plot"></div></section>'
         '<section id="swimlanes"><h2>Swimlanes</h2>'
         f'<div class="muted">{gantt_note} Click a bar for the request\'s timeline and raw lines.</div>'
@@ -232,13 +239,15 @@ def render_page(model: dict[str, Any], figures: dict[str, dict[str, Any]], plotl
     """The whole report. `model` holds the verdict, notes, tables and per-request details."""
     meta = model["meta"]
     title = f"pdforensics: {model['verdict'].get('verdict', '')} — {meta['window_text']}"
-    data = {k: model[k] for k in ("tables", "requests", "phase_colors", "window")}
+    data = {k: model.get(k) for k in ("tables", "requests", "phase_colors", "window", "fleet")}
     figs = "".join(_json_block(f"pdf-fig-{name}", fig) for name, fig in figures.items())
     css = (ASSETS / "report.css").read_text()
     js = (ASSETS / "report.js").read_text()
     gantt_note = escape(model.get("gantt_note", ""))
     body = _empty(model["empty"]) if model.get("empty") else _panels(model, gantt_note)
     body = _compare(model["compare"]) + body if model.get("compare") else body
+    fleet = any(t["id"] == "instances" for t in model["tables"]) and not model.get("empty")
+    fleet_link = '<a href="#fleet">Fleet</a>' if fleet else ""
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -252,7 +261,7 @@ def render_page(model: dict[str, Any], figures: dict[str, dict[str, Any]], plotl
         f'<span class="meta">database {escape(meta["db"])}</span>'
         f'<span class="meta">generated {escape(meta["generated"])} by pdforensics {escape(meta["version"])}</span>'
         f'<span class="meta">prompts {"shown" if meta["show_prompts"] else "redacted"}</span></header>'
-        '<nav class="toc"><a href="#verdict">Verdict</a><a href="#timeline">Timeline</a>'
+        f'<nav class="toc"><a href="#verdict">Verdict</a>{fleet_link}<a href="#timeline">Timeline</a>'
         '<a href="#swimlanes">Swimlanes</a><a href="#findings">Findings</a><a href="#all-requests">Requests</a>'
         '<a href="#ingest">Ingest</a></nav><main>'
         f"{banner(model['verdict'])}{_notes(model.get('notes', []))}"

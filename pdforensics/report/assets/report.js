@@ -86,6 +86,7 @@
     var roomIdx = spec.room ? cols.findIndex(function (c) { return c.key === spec.room; }) : -1;
     // exact: one column equal to a value (a fleet row drilling into its requests), shown as a chip
     var state = { filter: "", sort: -1, dir: 1, page: 0, exact: null };
+    var expanded = {};  // spec.drill: row index -> its expansion is open
     var haystack = null;
     var input = h("input", { type: "search", placeholder: "filter rows…", "aria-label": "filter " + spec.title });
     var count = h("span", { class: "muted" });
@@ -168,19 +169,22 @@
           tr.appendChild(h("td", { class: cls, text: display(v, type) }));
         });
         if (spec.drill) {
+          // a fleet's instance: the row opens (and closes) a row under it with its reasons and requests
           var keyIdx = cols.findIndex(function (c) { return c.key === spec.drill.key; });
-          tr.className = "clickable";
-          tr.title = "show this instance's requests";
+          var at = spec.rows.indexOf(r);
+          tr.className = "clickable" + (expanded[at] ? " open" : "");
+          tr.title = "show this instance's reasons and requests";
           tr.tabIndex = 0;
-          var drill = function () {
-            var target = TABLES[spec.drill.table];
-            selectRow(tr);
-            if (!target) return;
-            target.setExact(spec.drill.column, String(r[keyIdx]));
-            target.element.scrollIntoView({ block: "start" });
+          tr.setAttribute("aria-expanded", expanded[at] ? "true" : "false");
+          var toggle = function () {
+            expanded[at] = !expanded[at];
+            draw();
           };
-          tr.addEventListener("click", drill);
-          tr.addEventListener("keydown", function (ev) { if (ev.key === "Enter") drill(); });
+          tr.addEventListener("click", toggle);
+          tr.addEventListener("keydown", function (ev) { if (ev.key === "Enter") toggle(); });
+          tbody.appendChild(tr);
+          if (expanded[at]) tbody.appendChild(instanceRow(spec, at, String(r[keyIdx]), cols.length, host));
+          return;
         } else if (roomIdx >= 0 && r[roomIdx] !== null) {
           tr.className = "clickable";
           tr.setAttribute("data-room", String(r[roomIdx]));
@@ -209,6 +213,71 @@
     prev.addEventListener("click", function () { state.page--; draw(); });
     next.addEventListener("click", function () { state.page++; draw(); });
     draw();
+  }
+
+  // A fleet instance's expansion: its reasons, then its requests (those the requests table embeds,
+  // the ones that did not complete first), each opening its timeline; and where else to look.
+  var INSTANCE_REQUESTS = 12;
+
+  function instanceRow(spec, at, host, span, tableHost) {
+    var more = (spec.expand || [])[at] || {};
+    var box = h("div", { class: "expansion" });
+    // as wide as the table's visible box, not the table: a phone sees it without scrolling sideways
+    var scroller = tableHost.querySelector(".scroll");
+    if (scroller && scroller.clientWidth) box.style.maxWidth = (scroller.clientWidth - 20) + "px";
+    var reasons = h("ul", { class: "why" });
+    (more.reasons || []).forEach(function (x) { reasons.appendChild(h("li", { text: x })); });
+    box.appendChild(reasons);
+    if (more.timeout_source) box.appendChild(h("div", { class: "muted", text: "timeout from " + more.timeout_source }));
+    var reqSpec = (DATA.tables || []).find(function (t) { return t.id === spec.drill.table; });
+    var mine = [];
+    if (reqSpec) {
+      var keys = reqSpec.columns.map(function (c) { return c.key; });
+      var col = keys.indexOf(spec.drill.column);
+      mine = reqSpec.rows.filter(function (x) { return String(x[col]) === host; });
+      var pick = ["room", "class", "d_host", "dwell_s", "first_t"].map(function (k) { return keys.indexOf(k); })
+        .filter(function (i) { return i >= 0; });
+      var tb = h("tbody");
+      mine.slice(0, INSTANCE_REQUESTS).forEach(function (x) {
+        var room = String(x[keys.indexOf("room")]);
+        var tr = h("tr", { class: "clickable", "data-room": room, title: "show this request's timeline", tabindex: "0" });
+        pick.forEach(function (i) {
+          var type = reqSpec.columns[i].type;
+          tr.appendChild(h("td", { class: type === "class" ? "cls cls-" + String(x[i]) : type === "dur" ? "num" : "",
+            text: display(x[i], type) }));
+        });
+        var open = function (ev) { ev.stopPropagation(); selectRow(tr); showRequest(room); };
+        tr.addEventListener("click", open);
+        tr.addEventListener("keydown", function (ev) { if (ev.key === "Enter") open(ev); });
+        tb.appendChild(tr);
+      });
+      var head = h("tr");
+      pick.forEach(function (i) { head.appendChild(h("th", { text: reqSpec.columns[i].label })); });
+      box.appendChild(h("div", { class: "muted", text: "Its requests: " + Math.min(mine.length, INSTANCE_REQUESTS) +
+        " of the " + mine.length + " the report embeds, those that did not complete first." }));
+      if (mine.length) box.appendChild(h("div", { class: "scroll" }, h("table", { class: "instance-requests" },
+        h("thead", null, head), tb)));
+    }
+    var all = h("button", { type: "button", class: "to-requests", text: "all its requests in the Requests table" });
+    all.addEventListener("click", function (ev) {
+      ev.stopPropagation();
+      var target = TABLES[spec.drill.table];
+      if (!target) return;
+      target.setExact(spec.drill.column, host);
+      target.element.scrollIntoView({ block: "start" });
+    });
+    box.appendChild(all);
+    var pickBox = document.getElementById("tl-pick");
+    if (pickBox && pickBox.pickInstance && FLEET && (FLEET.hosts.prefill || []).indexOf(host) >= 0) {
+      var gauges = h("button", { type: "button", class: "to-timeline", text: "its gauges on the timeline" });
+      gauges.addEventListener("click", function (ev) {
+        ev.stopPropagation();
+        pickBox.pickInstance("prefill", host);
+        document.getElementById("timeline").scrollIntoView({ block: "start" });
+      });
+      box.appendChild(gauges);
+    }
+    return h("tr", { class: "expanded" }, h("td", { colspan: String(span) }, box));
   }
 
   function selectRow(tr) {
@@ -300,9 +369,10 @@
         h("td", { text: e.host || "" }), h("td", { text: e.tp_rank === null ? "" : "TP" + e.tp_rank }),
         h("td", { text: e.event }), h("td", { class: "wrap", text: [e.state, e.reason].filter(Boolean).join(" — ") })));
     });
-    box.appendChild(h("table", { class: "events" }, h("thead", null, h("tr", null, h("th", { text: "time (UTC)" }),
-      h("th", { text: "engine" }), h("th", { text: "host" }), h("th", { text: "rank" }), h("th", { text: "event" }),
-      h("th", { text: "state / reason" }))), tb));
+    // in its own scroll box: its nowrap cells would widen a phone's page to ~700 px
+    box.appendChild(h("div", { class: "scroll" }, h("table", { class: "events" }, h("thead", null, h("tr", null,
+      h("th", { text: "time (UTC)" }), h("th", { text: "engine" }), h("th", { text: "host" }), h("th", { text: "rank" }),
+      h("th", { text: "event" }), h("th", { text: "state / reason" }))), tb)));
     var lines = req.lines || [];
     var title = "Raw log lines (" + lines.length + (req.lines_total > lines.length ? " of " + req.lines_total : "") + ")";
     box.appendChild(h("h3", { text: title }));
@@ -333,7 +403,8 @@
     var extra = 18 * Math.ceil(entries / 2);
     L.height = (L.height || 400) + extra;
     L.legend = { orientation: "h", x: 0, xanchor: "left", y: -60 / L.height, yanchor: "top", font: { size: 10 } };
-    var left = 40;
+    // the timeline and the swimlanes share one time axis: the same margins on a phone too
+    var left = div.id === "fig-timeline" || div.id === "fig-gantt" ? 62 : 40;
     if (L.yaxis && L.yaxis.type === "category" && div.id === "fig-gantt") {
       var labels = L.yaxis.categoryarray || [];
       L.yaxis.tickvals = labels;
@@ -342,9 +413,74 @@
         return (SHORT_CLASS[parts[0]] || parts[0].slice(0, 5)) + " …" + String(parts[1] || "").slice(-4);
       });
       L.yaxis.tickfont = { family: "ui-monospace, monospace", size: 9 };
-      left = 62;
     }
     L.margin = { l: left, r: 6, t: 30, b: 50 };
+  }
+
+  // ------------------------------------------------------------------ a fleet's instances
+
+  // The timeline draws one prefill and one decode instance at a time (a select per engine; "every
+  // instance" overlays them): 8 hosts' lines over each other cannot be told apart.
+  var FLEET = DATA.fleet || null;
+  var picked = FLEET ? { prefill: FLEET.default.prefill, decode: FLEET.default.decode } : {};
+
+  // Per gauge trace (those with meta.host): visible, showlegend (the first drawn per gauge) and name.
+  function instanceStyle(data) {
+    var on = [], n = {}, out = { visible: [], showlegend: [], name: [], idx: [] }, seen = {}, state = {};
+    data.forEach(function (t, i) {
+      if (!t.meta || !t.meta.host) return;
+      var want = picked[t.meta.engine];
+      on[i] = !want || want === "*" || t.meta.host === want;
+      if (on[i]) n[t.legendgroup] = (n[t.legendgroup] || 0) + 1;
+      if (t.visible !== false && state[t.legendgroup] === undefined) state[t.legendgroup] = t.visible;
+    });
+    data.forEach(function (t, i) {
+      if (!t.meta || !t.meta.host) return;
+      var g = t.legendgroup;
+      out.idx.push(i);
+      // a gauge keeps what its legend entry was set to (the raw #inflight-req drawn or not)
+      out.visible.push(on[i] ? (state[g] === undefined ? true : state[g]) : false);
+      out.showlegend.push(on[i] && !seen[g]);
+      if (on[i]) seen[g] = true;
+      out.name.push(esc(n[g] === 1 ? t.meta.stream + " " + t.meta.label : t.meta.label + " (" + n[g] + " streams)"));
+    });
+    return out;
+  }
+
+  function applyInstances(div, data) {
+    var st = instanceStyle(data);
+    if (!div) {  // before the first draw: into the figure itself
+      st.idx.forEach(function (i, k) {
+        data[i].visible = st.visible[k]; data[i].showlegend = st.showlegend[k]; data[i].name = st.name[k];
+      });
+      return;
+    }
+    Plotly.restyle(div, { visible: st.visible, showlegend: st.showlegend, name: st.name }, st.idx);
+  }
+
+  function instancePicker(div) {
+    var box = document.getElementById("tl-pick");
+    if (!FLEET || !box) return;
+    ["prefill", "decode"].forEach(function (engine) {
+      var hosts = FLEET.hosts[engine] || [];
+      if (hosts.length < 2) return;
+      var sel = h("select", { id: "pick-" + engine, "aria-label": engine + " instance on the timeline" });
+      hosts.forEach(function (host) {
+        var v = (FLEET.verdicts || {})[host];
+        sel.appendChild(h("option", { value: host, text: host + (v ? " — " + v : "") }));
+      });
+      sel.appendChild(h("option", { value: "*", text: "every " + engine + " instance (" + hosts.length + ", overlaid)" }));
+      sel.value = picked[engine];
+      sel.addEventListener("change", function () { pickInstance(engine, sel.value); });
+      box.appendChild(h("label", null, engine + " instance ", sel));
+    });
+    box.pickInstance = function (engine, host) {
+      picked[engine] = host;
+      var sel = document.getElementById("pick-" + engine);
+      if (sel) sel.value = host;
+      applyInstances(div, div.data);
+    };
+    function pickInstance(engine, host) { box.pickInstance(engine, host); }
   }
 
   function plot(id, figId) {
@@ -352,16 +488,34 @@
     var div = document.getElementById(id);
     if (!fig || !div) return;
     fitNarrow(div, fig);
-    Plotly.newPlot(div, fig.data, fig.layout, { displaylogo: false, responsive: true }).then(function () {
-      div.setAttribute("data-rendered", "1");
-    });
+    if (id === "fig-timeline" && FLEET) applyInstances(null, fig.data);
+    var drawn = Plotly.newPlot(div, fig.data, fig.layout, { displaylogo: false, responsive: true });
     div.on("plotly_click", function (ev) {
       var pt = ev.points && ev.points[0];
       var room = pt && pt.customdata;
       if (Array.isArray(room)) room = room[0];
       if (room) showRequest(String(room));
     });
+    return drawn.then(function () { return div; });
   }
+
+  // The timeline's legends may widen its right margin past the one asked for (plotly makes room for
+  // them): both figures then take the wider margins, so the swimlanes' time axis sits under the
+  // timeline's, at the same pixels.
+  function alignAxes(divs) {
+    var edges = divs.map(function (div) {
+      var d = div.getBoundingClientRect(), area = div.querySelector(".nsewdrag").getBoundingClientRect();
+      return [area.left - d.left, d.right - area.right];
+    });
+    var l = Math.max.apply(null, edges.map(function (e) { return e[0]; }));
+    var r = Math.max.apply(null, edges.map(function (e) { return e[1]; }));
+    return Promise.all(divs.map(function (div, i) {
+      if (Math.abs(edges[i][0] - l) < 1 && Math.abs(edges[i][1] - r) < 1) return div;
+      return Plotly.relayout(div, { "margin.l": l, "margin.r": r, "margin.autoexpand": false });
+    }));
+  }
+
+  function rendered(div) { if (div) div.setAttribute("data-rendered", "1"); }
 
   function init() {
     if (typeof Plotly === "undefined") {
@@ -370,11 +524,22 @@
     }
     // marks let a test (or a curious reader) see where opening time goes
     performance.mark("pdf-start");
-    plot("fig-timeline", "pdf-fig-timeline");
+    var timeline = plot("fig-timeline", "pdf-fig-timeline");
+    instancePicker(document.getElementById("fig-timeline"));
     performance.mark("pdf-timeline");
-    plot("fig-gantt", "pdf-fig-gantt");
-    plot("fig-compare", "pdf-fig-compare");  // report --compare only
+    var gantt = plot("fig-gantt", "pdf-fig-gantt");
+    var cmp = plot("fig-compare", "pdf-fig-compare");  // report --compare only
+    if (cmp) cmp.then(rendered);
     performance.mark("pdf-gantt");
+    // rendered (what a test or the screenshot waits for) once both share one time axis
+    if (timeline && gantt) {
+      Promise.all([timeline, gantt]).then(alignAxes).then(function () {
+        rendered(document.getElementById("fig-timeline"));
+        rendered(document.getElementById("fig-gantt"));
+      }).catch(function (e) { document.getElementById("js-error").textContent = "plots: " + e; });
+    } else {
+      [timeline, gantt].forEach(function (p) { if (p) p.then(rendered); });
+    }
     (DATA.tables || []).forEach(function (spec) {
       var host = document.getElementById("tbl-" + spec.id);
       if (host) renderTable(host, spec);
