@@ -120,6 +120,9 @@ def run_ingest(
     extent = journal_extent(sources)
     if announce is not None and since is None and extent.entries:
         announce(extent.describe())
+    from pdforensics.verdict import prebuilt_database
+
+    prebuilt_database(db)  # a new database: a copy of the empty one with schema and views
     con = store.open_db(db, wait_s=lock_wait_s)
     try:
         with IngestProgress(progress, extent.entries, input_files(sources)) as tick:

@@ -230,6 +230,8 @@ def ingest(
     `parquet`: also write the data there (parquet_store)."""
     opts = ParseOptions(catalog=catalog, tz=tz, prefixes=load_prefixes(prefix_files), date=date)
     own = con is None
+    if own and views:
+        _prebuilt(Path(db))
     con = con or store.open_db(db)
     started = time.perf_counter()
     run = _Run(batch_size, progress, views, jobs, ParquetMirror(parquet) if parquet is not None else None)
@@ -686,11 +688,22 @@ def _inside_window(parsed: Parsed, window: Window) -> tuple[Parsed, int]:
 
 
 def _install_views(con: duckdb.DuckDBPyConnection) -> None:
+    """This version's views, unless they are installed already (views are bound when queried:
+    new lines need no reinstall)."""
     try:
-        from pdforensics.verdict import install_views
+        from pdforensics.verdict import ensure_views
     except ImportError:  # the verdict stage is optional for a bare ingest
         return
-    install_views(con)
+    ensure_views(con)
+
+
+def _prebuilt(db: Path) -> None:
+    """A new database from the prebuilt empty one (verdict.prebuilt_database)."""
+    try:
+        from pdforensics.verdict import prebuilt_database
+    except ImportError:
+        return
+    prebuilt_database(db)
 
 
 def _fill_breakdown(con: duckdb.DuckDBPyConnection, summary: IngestSummary) -> None:
