@@ -169,3 +169,31 @@ def test_context_reaches_as_far_back_as_the_views_read(tmp_path):
         row = con.execute("SELECT start_t - ctx_start_t FROM settings").fetchone()
         assert row is not None and row[0] == context_before_window_us(timeout, grace), (timeout, grace)
     con.close()
+
+
+def test_every_host_of_a_collection_gets_its_units_start(incident, tmp_path):
+    """A collection of several hosts runs the same units on each: each host's incarnation start
+    is read (the unit's entry list per host), not only the one host's whose entry came last."""
+    import re
+
+    from pdforensics.simulate.remote import write_journal_remote
+
+    one = (incident["out"] / "incident" / "journal.export").read_bytes()
+    # a second deployment, as its own host with its own invocations (same length: binary fields keep)
+    ids = set(re.findall(rb"INVOCATION_ID=([0-9a-f]{32})", one))
+    other = one.replace(b"dsv4-node-31", b"dsv4-node-32")
+    for inv in ids:
+        other = other.replace(inv, inv[::-1])
+    export = tmp_path / "two.export"
+    export.write_bytes(one + (b"" if one.endswith(b"\n\n") else b"\n") + other)
+    remote = tmp_path / "remote"
+    assert len(write_journal_remote(export, remote)) == 2
+    db = tmp_path / "w.duckdb"
+    summary, _ = _ingest(db, incident, _since(incident), directories=[remote])
+    assert summary.head_lines > 0
+    con = duckdb.connect(str(db), read_only=True)
+    armed = con.execute(
+        "SELECT host, count(*) FROM events WHERE event = 'watchdog_armed' GROUP BY host ORDER BY host"
+    ).fetchall()
+    con.close()
+    assert armed == [("dsv4-node-31", 1), ("dsv4-node-32", 1)]

@@ -482,23 +482,28 @@ HEAD_SPAN_US = 3_600_000_000  # an incarnation's start: its first hour at most (
 
 
 def current_invocations(j: Any, regex: str | None, before_us: int) -> list[bytes]:
-    """The invocation each selected unit was running just before `before_us`: the invocation id
-    of its last entry before that time (the unit's entry list, then one step back). A unit whose
-    every entry is later has none; a selection matching no unit (or `regex` None) takes every unit."""
+    """The invocation each selected unit of each host was running just before `before_us`: the
+    invocation id of its last entry before that time (the entry lists of the unit and the host,
+    then one step back). A unit whose every entry is later has none; `regex` None takes every unit."""
     rx = re.compile(regex) if regex else None
+    # per host: a collection of several hosts runs the same unit on each (a fleet's prefills)
+    hosts = [b"_HOSTNAME=" + h for h in j.query_unique("_HOSTNAME")] or [None]
     found: list[bytes] = []
     for field in OWN_UNIT_FIELDS:
         for value in j.query_unique(field):
             if rx is not None and not rx.search(value.decode("utf-8", "replace")):
                 continue
-            j.flush_matches()
-            j.add_match(field.encode() + b"=" + value)
-            j.seek_realtime(max(before_us, 0))
-            if not j._previous():
-                continue
-            inv = _field(j, "_SYSTEMD_INVOCATION_ID")
-            if inv and inv not in found:
-                found.append(inv)
+            for host in hosts:
+                j.flush_matches()
+                j.add_match(field.encode() + b"=" + value)
+                if host is not None:
+                    j.add_match(host)
+                j.seek_realtime(max(before_us, 0))
+                if not j._previous():
+                    continue
+                inv = _field(j, "_SYSTEMD_INVOCATION_ID")
+                if inv and inv not in found:
+                    found.append(inv)
     j.flush_matches()
     return found
 
