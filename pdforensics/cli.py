@@ -100,11 +100,19 @@ DbOpt = Annotated[
 TIME_FORMS = "6min, 2h, '6 min ago', -6min, '2026-11-29 10:00:00', ISO 8601, @EPOCH"
 SinceOpt = Annotated[
     str | None,
-    typer.Option(metavar="WHEN", help=f"Window start: {TIME_FORMS}. [default: everything in the database]"),
+    typer.Option(
+        metavar="WHEN",
+        help=f"Window start: {TIME_FORMS}. [default: the last ingest's window (with the runs overlapping "
+        "it); lines before it are context]",
+    ),
 ]
 UntilOpt = Annotated[
     str | None,
-    typer.Option(metavar="WHEN", help="Window end, same forms as --since. [default: the last line ingested]"),
+    typer.Option(
+        metavar="WHEN",
+        help="Window end, same forms as --since. [default: where the last ingest's reading ended (its "
+        "last line; a live journal: when it was read)]",
+    ),
 ]
 IngestSinceOpt = Annotated[
     str | None,
@@ -115,13 +123,17 @@ IngestSinceOpt = Annotated[
 ]  # fmt: skip
 IngestUntilOpt = Annotated[
     str | None,
-    typer.Option("--until", metavar="WHEN", help="Read up to, same forms as --since. [default: now]"),
-]
+    typer.Option(
+        "--until", metavar="WHEN",
+        help="Read up to, same forms as --since. [default: the end: all the journal / files hold when read]",
+    ),
+]  # fmt: skip
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
         "--watchdog-timeout", metavar="SECONDS",
-        help="The watchdog timeout. [default: what the logs say (a firing's `stalled >Ns`), else 300 s]",
+        help="The watchdog timeout. [default: from the armed line (`inflight watchdog armed: ...=60s`), "
+        "else the live prefill unit's environment, else a firing's `stalled >Ns`, else 300 s]",
     ),
 ]  # fmt: skip
 WatchdogDialectOpt = Annotated[
@@ -847,12 +859,20 @@ def catalog_cmd(
             help="Extra catalog TOML, repeatable. [default: the bundled one only]",
         ),
     ] = None,
-    watchdog: WatchdogDialectOpt = None,
+    watchdog: Annotated[
+        str | None,
+        typer.Option(
+            "--watchdog",
+            metavar="NAME",
+            help="Only this watchdog dialect's lines (dsv4, slime, ...). [default: every entry]",
+        ),
+    ] = None,
 ) -> None:
     """List the line catalog: every entry, its event, its watchdog dialect and where it comes from."""
     from pdforensics.catalog import load_catalog
 
-    for e in load_catalog(extra or [], watchdog=watchdog).entries:
+    entries = load_catalog(extra or [], watchdog=watchdog).entries  # an unknown NAME: one line, exit 2
+    for e in entries if watchdog is None else [e for e in entries if e.watchdog == watchdog]:
         dialect = f"watchdog={e.watchdog}" if e.watchdog else "-"
         typer.echo(f"{e.name:44s} {e.event:28s} {dialect:16s} {e.versions or '':14s} {e.origin}")
 

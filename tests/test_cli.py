@@ -653,3 +653,69 @@ def test_the_summary_names_the_reader_that_read_the_journal_files(tmp_path: Path
         env={"PDFORENSICS_JOURNAL_READER": "python-systemd"},
     )  # fmt: skip
     assert " records with python-systemd in " in forced.stdout, forced.stdout + forced.stderr
+
+
+# The --help defaults of the window and the timeout, as the code decides them (queries/views:
+# `time_window`, `context`'s timeout_s) and as the README says them.
+WINDOWED = ("verdict", "report", "export")
+TIMED = ("ingest", "verdict", "timeline", "report", "sql", "export", "compare", "watch")
+
+
+def test_window_and_timeout_help_say_what_the_code_does_and_the_readme_agrees() -> None:
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    for command in WINDOWED:
+        helps = _option_help(command)
+        assert "[default: the last ingest's window" in helps["--since"], (command, helps["--since"])
+        assert "[default: where the last ingest's reading ended" in helps["--until"], (
+            command,
+            helps["--until"],
+        )
+    for command in TIMED:
+        text = _option_help(command)["--watchdog-timeout"]
+        at = [text.find(s) for s in ("armed line", "environment", "stalled >Ns", "else 300 s")]
+        assert -1 not in at and at == sorted(at), (command, text)  # the order the views take them in
+    ingest = _option_help("ingest")
+    assert "[default: the whole journal" in ingest["--since"] and "[default: the end" in ingest["--until"]
+    assert "now]" not in ingest["--until"]
+    for said in ("judge the last ingest's window", "The window ends where the reading ended",
+                 "else from the armed line", "else the live prefill unit's environment", "else 300 s"):  # fmt: skip
+        assert said in readme, said
+    views = " ".join(
+        (REPO / "queries" / "views" / name).read_text(encoding="utf-8")
+        for name in ("00_params.sql", "01_context.sql")
+    )
+    # the order the help states is the views': operator, armed line, unit environment, firings, ..., default
+    assert "coalesce(w.operator_timeout_s, armed.timeout_s, w.env_timeout_s, fired.timeout_s" in views
+
+
+def test_the_default_window_is_the_last_ingests_and_the_timeout_the_armed_lines(tmp_path: Path) -> None:
+    """What the help texts above promise, on an incident with an armed line (60 s) and no firing:
+    ingested two hours after another incident (with no armed line; its journal cursors are other ones),
+    read with --since/--until, judged with no option."""
+    import datetime as dt
+
+    import duckdb
+
+    db = tmp_path / "w.duckdb"
+    earlier = REPO / "fixtures" / "decode_restart_old_build" / "journal.export"  # no armed line; ends 12:10
+    assert run("simulate", "watchdog_armed_never_fires", "--out", str(tmp_path / "later"),
+               "--now", "2026-11-29T14:10:00Z").returncode == 0  # fmt: skip
+    since, until = "2026-11-29T14:06:00Z", "2026-11-29T14:09:00Z"
+    for args in (["--file", str(earlier)], ["--file", str(tmp_path / "later" / "journal.export"),
+                                            "--since", since, "--until", until]):  # fmt: skip
+        proc = run("ingest", "--db", str(db), *args, "-q")
+        assert proc.returncode == 0, proc.stderr
+    out = run("verdict", "--db", str(db), "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["window_basis"] == "last ingest" and got["window"]["start"] == since
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        (last_us,) = con.execute("SELECT max(ts_us) FROM lines").fetchone()  # type: ignore[misc]
+    finally:
+        con.close()
+    end = dt.datetime.fromisoformat(got["window"]["end"])
+    last_line = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=last_us)
+    # where the reading ended: at or after the last line read, never past the ingest's --until
+    assert last_line <= end <= dt.datetime.fromisoformat(until)
+    assert (got["watchdog"]["timeout_s"], got["watchdog"]["timeout_source"]) == (60.0, "armed line")

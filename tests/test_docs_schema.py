@@ -17,7 +17,10 @@ the live columns and types), to paste and then describe.
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -285,3 +288,185 @@ def test_the_readme_is_for_newcomers_and_links_the_reference() -> None:
     first_block = _blocks(readme, "sh")[0]
     assert "./dev demo" in first_block and "./dev test" in first_block
     assert len(readme.splitlines()) < 250
+
+
+# ------------------------------------------------------------------ the README as a front page
+
+
+def _readme() -> str:
+    return (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _sample_block(readme: str) -> tuple[int, int, list[str]]:
+    """The README's sample verdict: the first ```console block, as (first line, closing line, its lines)."""
+    lines = readme.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "```console")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == "```")
+    return start, end, lines[start + 1 : end]
+
+
+def _run_shown(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A `pdforensics ...` command as the README shows it, run from the repository's root."""
+    argv = shlex.split(command)
+    assert argv[0] == "pdforensics", command
+    return subprocess.run(
+        [sys.executable, "-m", "pdforensics", *argv[1:]], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+
+
+def test_the_readme_sample_is_what_verdict_prints_on_the_fixture_it_names(tmp_path: Path) -> None:
+    """The sample cannot drift: the ingest the README names, then the command its block shows, on a
+    fresh database; the output must be the block's lines exactly (nothing in it varies: the fixture's
+    times are fixed and no path is printed)."""
+    from pdforensics.api import DEMO_SCENARIO
+
+    readme = _readme()
+    start, _, block = _sample_block(readme)
+    before = "\n".join(readme.splitlines()[:start])
+    ingests = re.findall(r"`(pdforensics ingest [^`]+)`", before)
+    assert ingests, "the README names no ingest before its sample verdict"
+    ingest = ingests[-1]
+    assert f"fixtures/{DEMO_SCENARIO}/" in ingest, "the sample is not the demo's incident"
+    assert block[0].startswith("$ pdforensics verdict"), block[0]
+    env = {**os.environ, "PDFORENSICS_DB": str(tmp_path / "sample.duckdb"), "COLUMNS": "400"}
+    env.pop("PDFORENSICS_DEBUG", None)
+    done = _run_shown(ingest, env)
+    assert done.returncode == 0, done.stderr
+    res = _run_shown(block[0].removeprefix("$ "), env)
+    assert res.returncode == 0, res.stderr
+    printed = [line.rstrip() for line in res.stdout.splitlines()]
+    shown = [line.rstrip() for line in block[1:]]
+    assert printed == shown, "README sample verdict drifted; paste this instead:\n" + res.stdout
+
+
+def test_the_first_screen_has_the_two_commands_a_verdict_and_the_install() -> None:
+    readme = _readme()
+    lines = readme.splitlines()
+    first_screen = "\n".join(lines[:60])
+    assert (
+        first_screen.index("./dev demo") < first_screen.index("./dev test") < first_screen.index("```console")
+    )
+    _, end, block = _sample_block(readme)
+    assert end < 60 and block[1].startswith("verdict: "), "the sample verdict is not on the first screen"
+    assert "pipx install" in "\n".join(lines[end:60]), "the install is not on the first screen"
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    """The rows of the markdown table whose header row starts with `header`, cells stripped."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith(header.replace(" ", "")))
+    rows = []
+    for line in lines[at + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _sql_classes() -> list[str]:
+    """The values the `requests` view's `class` CASE can take, in its order (first match wins)."""
+    sql = (REPO / "queries" / "views" / "05_requests.sql").read_text(encoding="utf-8")
+    case = re.search(r"CASE\s+WHEN r\.wd_at.*?END AS class", sql, re.S)
+    assert case, "the class CASE of 05_requests.sql moved"
+    body = "\n".join(line.split("--")[0] for line in case.group(0).splitlines())
+    return list(dict.fromkeys(re.findall(r"(?:THEN|ELSE)\s+'(\w+)'", body)))
+
+
+def test_the_readme_class_table_lists_exactly_the_classes_the_views_produce() -> None:
+    from pdforensics.verdict import CLASSES
+
+    rows = _table(_readme(), "| class |")
+    documented = [re.fullmatch(r"`(\w+)`", row[0]).group(1) for row in rows]  # type: ignore[union-attr]
+    assert documented == _sql_classes() == list(CLASSES)
+    assert all(len(row[1]) < 120 for row in rows), "a class is a short line in the README"
+    requests_doc = doc_path().read_text(encoding="utf-8").split("### `requests` (view)")[1].split("\n### ")[0]
+    assert all(f"`{c}`" in requests_doc for c in documented), "docs/reference.md's requests view names each"
+
+
+def test_the_classes_are_read_from_the_sql_and_a_missing_one_is_caught() -> None:
+    classes = _sql_classes()
+    assert classes[0] == "watchdog_fired" and classes[-1] == "in_flight" and "lost" in classes
+    assert len(classes) == len(set(classes)) == 9
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    return {
+        _slug(line.lstrip("#"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.startswith("#")
+    }
+
+
+def test_the_verdict_table_says_nothing_stuck_in_a_sentence_and_the_reference_has_the_rule() -> None:
+    from pdforensics.verdict import VERDICTS
+
+    rows = {row[0]: row for row in _table(_readme(), "| verdict |")}
+    assert set(rows) == {f"`{v}`" for v in VERDICTS}
+    cell = rows["`nothing_stuck`"][1]
+    link = re.search(r"\]\((docs/reference\.md)#([\w-]+)\)", cell)
+    assert link, cell
+    prose = re.sub(r"\s*\(\[[^]]*\]\([^)]*\)\)", "", cell)
+    assert len(prose) < 250 and prose.count(";") == 0, f"not a sentence a person reads: {prose}"
+    assert link.group(2) in _anchors(REPO / link.group(1))
+    reference = doc_path().read_text(encoding="utf-8")
+    section = reference.split("\n## ")[
+        [_slug(s.splitlines()[0]) for s in reference.split("\n## ")].index(link.group(2))
+    ]
+    full = {row[0]: row for row in _table(section, "| verdict |")}
+    assert set(full) == set(rows)
+    rule = full["`nothing_stuck`"][1]
+    for detail in ("timeout + grace", "#inflight-req", "journald suppression", "at least one timeout long"):
+        assert detail in rule, f"docs/reference.md's nothing_stuck rule lost {detail!r}"
+    assert [full[v][2] for v in sorted(full)] == [rows[v][2] for v in sorted(rows)]  # the same exit codes
+
+
+def test_the_readme_links_resolve_and_the_moved_sections_are_in_docs() -> None:
+    readme = _readme()
+    for page in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))):
+        text = page.read_text(encoding="utf-8")
+        for target, anchor in re.findall(r"\]\(([^)#\s]+\.md)(?:#([\w-]+))?\)", text):
+            path = (page.parent / target).resolve()
+            assert path.exists(), f"{page.name} links {target}, which does not exist"
+            assert not anchor or anchor in _anchors(path), (
+                f"{page.name} links {target}#{anchor}: no such heading"
+            )
+    assert "](docs/operations.md#locking)" in readme and "](docs/internals.md#damaged-input)" in readme
+    assert "](docs/benchmark.md)" in readme
+    assert "PDFORENSICS_LOCK_WAIT" in (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert "126,600 lines/s" in (REPO / "docs" / "benchmark.md").read_text(encoding="utf-8")
+    assert "## Performance" in readme and "| what | measured | target |" not in readme
+
+
+LEGS = re.compile(r"\|\s*`legs`\s*\|[^|]*\|\s*([^|]*)\||`legs` \(([^)]*)")
+
+
+def legs_definitions(pages: dict[str, str]) -> list[tuple[str, int, str]]:
+    """Every place that says what `legs` is (a table row, a parenthesis) other than 'as in `requests`'."""
+    found = []
+    for name, text in pages.items():
+        for n, line in enumerate(text.splitlines()):
+            for m in LEGS.finditer(line):
+                gloss = (m.group(1) or m.group(2) or "").strip()
+                if not gloss.startswith("as in `requests`"):
+                    found.append((name, n, gloss))
+    return found
+
+
+def test_legs_is_defined_once_in_the_requests_view() -> None:
+    pages = {p.relative_to(REPO).as_posix(): p.read_text(encoding="utf-8")
+             for p in (REPO / "README.md", REPO / "fixtures" / "README.md", *sorted((REPO / "docs").glob("*.md")))}  # fmt: skip
+    found = legs_definitions(pages)
+    assert len(found) == 1, f"`legs` defined in several places: {found}"
+    ((name, n, gloss),) = found
+    lines = pages[name].splitlines()
+    section = next(line for line in reversed(lines[:n]) if line.startswith("#"))
+    assert (name, section) == ("docs/reference.md", "### `requests` (view)")
+    assert "A leg is" in gloss and "Receive:" in gloss
+    # and a second definition would be caught
+    assert len(legs_definitions({**pages, "x.md": "* `legs` (requests sharing the room)"})) == 2

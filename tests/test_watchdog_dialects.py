@@ -204,10 +204,23 @@ def test_catalog_command_shows_and_filters_the_dialect() -> None:
     every = run("catalog")
     assert every.returncode == 0, every.stderr
     assert "watchdog=dsv4" in every.stdout and "watchdog=slime" in every.stdout
-    slime = run("catalog", "--watchdog", "slime")
-    assert slime.returncode == 0, slime.stderr
-    assert "watchdog=slime" in slime.stdout and "watchdog=dsv4" not in slime.stdout
-    assert len(slime.stdout.splitlines()) == len(every.stdout.splitlines()) - 3
+    for name in ("slime", "dsv4"):  # that dialect's lines only: each of them, nothing else
+        one = run("catalog", "--watchdog", name)
+        assert one.returncode == 0, one.stderr
+        theirs = [line for line in every.stdout.splitlines() if f" watchdog={name} " in line]
+        assert theirs and one.stdout.splitlines() == theirs, one.stdout
+
+
+def test_catalog_command_shows_a_user_dialect_alone(tmp_path: Path) -> None:
+    from test_cli import assert_one_line_error, run
+
+    user = tmp_path / "mine.toml"
+    user.write_text(MINE, encoding="utf-8")
+    mine = run("catalog", "--catalog", str(user), "--watchdog", "mine")
+    assert mine.returncode == 0, mine.stderr
+    # the user's override of inflight_watchdog_fired names no dialect: not "mine"'s, not listed
+    assert [line.split()[0] for line in mine.stdout.splitlines()] == ["my_watchdog_fired"], mine.stdout
+    assert_one_line_error(run("catalog", "--watchdog", "mine"), UsageError.exit_code, "known: dsv4, slime")
 
 
 def test_ingest_with_an_unknown_dialect_fails_with_one_line_before_opening_the_db(tmp_path: Path) -> None:
