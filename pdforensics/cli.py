@@ -981,6 +981,25 @@ def watch(
     once: Annotated[
         bool, typer.Option("--once", help="One pass over --since, then exit with verdict --check's code.")
     ] = False,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            metavar="URL",
+            help="Also poll SGLang's gauges from this Prometheus server into the database; a prefill "
+            "whose inflight gauge stays >= 1 unexplained by its logs alerts metric_pin (docs/watch.md). "
+            "[default: none]",
+        ),
+    ] = None,
+    match: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="SELECTOR",
+            help="Series to poll from --prometheus, repeatable. [default: the sglang: families ingest reads; and up]",
+        ),
+    ] = None,
+    prometheus_poll: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Seconds between --prometheus queries (at least 1).")
+    ] = 5.0,
 ) -> None:
     """Follow the logs into the database and alert the moment a request outlives the watchdog."""
     from pdforensics.api import checked_window, verdict_options
@@ -999,6 +1018,15 @@ def watch(
         raise UsageError(f"--listen takes HOST:PORT (e.g. 127.0.0.1:9464), not {listen!r}")
     if poll < 0 or commit_interval < 0:
         raise UsageError("--poll and --commit-interval must be >= 0")
+    if prometheus is not None:
+        from pdforensics.sources.prometheus import PrometheusServer, check_selectors
+
+        PrometheusServer(prometheus)  # a malformed URL is a usage error before anything starts
+        check_selectors(match)
+    elif match:
+        raise UsageError("--match selects series of a --prometheus server")
+    if prometheus_poll < 1:
+        raise UsageError("--prometheus-poll must be >= 1 (seconds)")
     followers = build_followers(
         directory, journal_file, file, tuple(unit or ("sglang*",)), window.since_us, host
     )
@@ -1007,6 +1035,7 @@ def watch(
         watchdog_timeout_s=watchdog_timeout, grace_s=opts.grace_s, poll_s=poll, commit_s=commit_interval,
         wall_clock=(clock or ("wall" if local else "log")) == "wall", json_out=json_out, exec_cmd=exec_cmd,
         listen=listen, textfile=textfile, status_file=status_file, alert_log=alert_log, once=once,
+        prometheus=prometheus, match=match, prometheus_poll_s=prometheus_poll, since_us=window.since_us,
     )  # fmt: skip
     Watcher(cfg).run()
     if once:

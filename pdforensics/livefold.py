@@ -44,6 +44,7 @@ KINDS = (
     "watchdog_fired",
     "wedged",
     "anonymous_pin",
+    "metric_pin",
     "engine_down",
     "engine_silent",
     "journald_suppression",
@@ -486,6 +487,14 @@ class LiveFold:
         heapq.heapify(self._heap)
 
     # ------------------------------------------------------------------ reading it
+
+    def raise_alert(self, alert: Alert) -> None:
+        """An alert another rule found (livemetrics.py): kept, counted and delivered as the fold's own."""
+        self._raise(alert)
+
+    def take_new(self) -> list[Alert]:
+        out, self._new = self._new, []
+        return out
 
     def tick(self, now_us: int) -> list[Alert]:
         self.advance(now_us)

@@ -10,7 +10,7 @@ import fcntl
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -617,9 +617,10 @@ def store_batch(
     rejects: pl.DataFrame,
     counts: dict[str, int],
     marks: dict[str, tuple[int, str]] | None = None,
+    also: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
 ) -> None:
     """One transaction: the batch's lines, events and rejects, the run's counters and resume marks,
-    and the batch folded into the summaries (fold.py)."""
+    and the batch folded into the summaries (fold.py); `also` writes more in the same transaction."""
     import polars as pl
 
     from pdforensics.schema import LINE_COLUMNS
@@ -648,6 +649,8 @@ def store_batch(
             con.execute(f"UPDATE ingests SET {sets} WHERE ingest_id = ?", [*counts.values(), ingest_id])
             for key, (position, detail) in (marks or {}).items():
                 _set_mark(con, key, position, detail)
+            if also is not None:
+                also(con)
         finally:
             for name in ("_batch_lines", "_batch_events", "_batch_rejects"):
                 # After Ctrl-C the transaction is aborted and unregister fails too: let the

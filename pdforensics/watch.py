@@ -43,9 +43,10 @@ import polars as pl
 
 from pdforensics import store
 from pdforensics.catalog import Catalog
-from pdforensics.errors import DatabaseError, is_database_fault
+from pdforensics.errors import DatabaseError, SourceError, UsageError, is_database_fault
 from pdforensics.follow import FileFollower, Follower, JournalFollower
 from pdforensics.livefold import LiveFold, alert_json
+from pdforensics.livemetrics import MetricWatch
 from pdforensics.parse import ParseOptions, StreamCarry, parse_records
 from pdforensics.render import terminal_safe
 from pdforensics.schema import RECORD_SCHEMA, empty_rejects
@@ -82,6 +83,10 @@ class WatchConfig:
     status_file: Path | None = None
     alert_log: Path | None = None
     once: bool = False
+    prometheus: str | None = None  # livemetrics.py: the gauges polled live
+    match: list[str] | None = None
+    prometheus_poll_s: float = 5.0
+    since_us: int | None = None  # where a first --prometheus poll reads from
     out: TextIO = field(default_factory=lambda: sys.stdout)
     clock: Callable[[], int] = field(default_factory=lambda: lambda: time.time_ns() // 1000)
 
@@ -105,6 +110,7 @@ class Watcher:
         self.unlogged: list[dict[str, Any]] = []  # delivered alerts the alert log does not hold yet
         self.troubles: set[str] = set()  # what cannot be written now (said once each)
         self.polls = 0
+        self.samples_stored = 0
         self.flushed_lines = 0
         self.last_flush_ms = 0.0  # the last write transaction, open to close
         self.last_commit = 0.0
@@ -113,6 +119,9 @@ class Watcher:
         self.listening: tuple[str, int] | None = None
         self.awaited: list[Follower] = []  # followed paths not there yet: said when they appear
         self.timeout_said: tuple[float, str] | None = None
+        self.prom: MetricWatch | None = None
+        if cfg.prometheus is not None:
+            self.prom = MetricWatch(cfg.prometheus, cfg.match, cfg.prometheus_poll_s, cfg.since_us)
 
     # ------------------------------------------------------------------ start
 
@@ -136,6 +145,8 @@ class Watcher:
         if mark is not None:
             self.commit_seq, state = mark[0], json.loads(mark[1])
             self.fold.load_state(state["fold"])
+            if self.prom is not None:
+                self.prom.load_state(state.get("prometheus"))
             for f in self.cfg.followers:
                 f.restore(state["followers"].get(f.name))
         self._load_delivered()
@@ -168,7 +179,8 @@ class Watcher:
             metrics.append(f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics")
         if self.cfg.textfile:
             metrics.append(f"textfile {self.cfg.textfile}")
-        return (f"following {follows}; into {self.cfg.db}; {timeout}, grace {self.fold.grace_s:g} s; "
+        prometheus = f"; gauges: {self.prom.describe()}" if self.prom is not None else ""
+        return (f"following {follows}{prometheus}; into {self.cfg.db}; {timeout}, grace {self.fold.grace_s:g} s; "
                 f"clock: {clock}; metrics: {', '.join(metrics) or 'none (--listen, --textfile)'}")  # fmt: skip
 
     def _say_changes(self) -> None:
@@ -234,6 +246,8 @@ class Watcher:
         now = self.fold.newest_us or 0
         if self.cfg.wall_clock:
             now = max(now, self.cfg.clock())
+        if self.prom is not None and self.prom.due():
+            self._poll_prometheus(max(now, self.cfg.clock()))
         if now:
             for a in self.fold.tick(now):
                 self._deliver(alert_json(a))
@@ -274,6 +288,27 @@ class Watcher:
         else:
             self.pending.append((pl.DataFrame(), pl.DataFrame(), rej, counts))
 
+    def _poll_prometheus(self, now_us: int) -> None:
+        """The server's new samples, the metric_pin rule, scrape gaps; an unreachable server is
+        said once and retried at each --prometheus-poll while the logs are followed."""
+        assert self.prom is not None
+        try:
+            self.prom.poll(self.cfg.clock(), self.fold)
+        except (SourceError, UsageError) as exc:
+            self._trouble("prometheus", f"{exc}; following the logs without it, retried every "
+                          f"{self.prom.poll_s:g} s")  # fmt: skip
+            return
+        self._recovered("prometheus", f"{self.prom.server.url} answers again")
+        for key, gap in self.prom.gaps().items():
+            what = "scrape " + key
+            if gap is not None:
+                self._trouble(what, f"prometheus {gap}: no evidence from its gauges meanwhile")
+            else:
+                self._recovered(what, f"prometheus {key.replace(chr(9), ' (job ')}): scraped again")
+        self.prom.check(self.fold, now_us)
+        for a in self.fold.take_new():
+            self._deliver(alert_json(a))
+
     # ------------------------------------------------------------------ alerts
 
     def _deliver(self, alert: dict[str, Any]) -> None:
@@ -311,10 +346,10 @@ class Watcher:
             self.troubles.add(what)
             _warn(text)
 
-    def _recovered(self, what: str) -> None:
+    def _recovered(self, what: str, text: str | None = None) -> None:
         if what in self.troubles:
             self.troubles.discard(what)
-            _warn(f"the {what} is written again")
+            _warn(text or f"the {what} is written again")
 
     def _exec(self, alert: dict[str, Any]) -> None:
         try:
@@ -347,7 +382,7 @@ class Watcher:
         """Write what is pending and the state in one transaction; False if the database is busy."""
         # Alerts raised by time passing alone need no write: delivered ones are in the alert log,
         # and a restarted fold raises the others again from the lines.
-        if not self.pending:
+        if not self.pending and not (self.prom is not None and self.prom.pending):
             return True
         if not force and time.monotonic() - self.last_commit < self.cfg.commit_s:
             return True
@@ -380,7 +415,7 @@ class Watcher:
     def _write(self, con: duckdb.DuckDBPyConnection) -> None:
         lines = [p[0] for p in self.pending if p[0].height]
         events = [p[1] for p in self.pending if p[1].height]
-        counts: dict[str, int] = {}
+        counts: dict[str, int] = {"records": 0}  # never an empty SET (samples alone)
         for p in self.pending:
             for k, v in p[3].items():
                 counts[k] = counts.get(k, 0) + v
@@ -408,7 +443,13 @@ class Watcher:
             counts["duplicates"] = counts.get("duplicates", 0) + known.height
         rejects = pl.concat([p[2] for p in self.pending]) if self.pending else empty_rejects()
         self.commit_seq += 1
-        state = {"fold": self.fold.to_state(), "followers": {f.name: f.state() for f in self.cfg.followers}}
+        state: dict[str, Any] = {
+            "fold": self.fold.to_state(),
+            "followers": {f.name: f.state() for f in self.cfg.followers},
+        }
+        prom = self.prom
+        if prom is not None:
+            state["prometheus"] = prom.to_state()
         marks = {self.state_key: (self.commit_seq, json.dumps(state, separators=(",", ":")))}
         con.execute("UPDATE ingests SET status = 'running' WHERE ingest_id = ?", [self.ingest_id])
         for (
@@ -417,9 +458,18 @@ class Watcher:
             if isinstance(f, FileFollower) and f.head_note is not None:
                 store.note_file_head(con, *f.head_note)
                 f.head_note = None
-        store.store_batch(con, self.ingest_id, all_lines, all_events, rejects, counts, marks)
+        store.store_batch(
+            con, self.ingest_id, all_lines, all_events, rejects, counts, marks,
+            also=(lambda c: self._store_samples(c)) if prom is not None and prom.pending else None,
+        )  # fmt: skip
+        if prom is not None:
+            prom.stored()
         self.flushed_lines += all_lines.height
         self.pending, self.pending_lines = [], 0
+
+    def _store_samples(self, con: duckdb.DuckDBPyConnection) -> None:
+        assert self.prom is not None
+        self.samples_stored += self.prom.store(con, self.fold, self.ingest_id)
 
     def _finish(self) -> None:
         try:
@@ -458,6 +508,12 @@ class Watcher:
                 "db_busy": self.db_busy, "last_flush_ms": round(self.last_flush_ms, 1), "listen": f"{self.listening[0]}:{self.listening[1]}" if self.listening else None,
                 "verdict": self.fold.live_verdict(now_us),
             }  # fmt: skip
+            if self.prom is not None:
+                status["prometheus"] = {
+                    "samples": self.prom.samples_total, "stored": self.samples_stored,
+                    "queried_to_us": self.prom.queried_to_us, "inflight": self.prom.floors(self.fold),
+                    "unreachable": "prometheus" in self.troubles,
+                }  # fmt: skip
             tmp = self.cfg.status_file.with_name(self.cfg.status_file.name + ".tmp")
             tmp.write_text(json.dumps(status))
             os.replace(tmp, self.cfg.status_file)
@@ -483,6 +539,12 @@ def human(a: dict[str, Any]) -> str:
     elif kind == "anonymous_pin":
         what = (f"inflight floor {a['floor']} for more than {a['timeout_s']:g}s, {a['anonymous']} not named by "
                 f"any request line (evidence {a['evidence_level']})")  # fmt: skip
+    elif kind == "metric_pin":
+        interval = a.get("scrape_interval_s")
+        what = (f"inflight gauge >= {a['floor']} since {a['since']} for more than {a['timeout_s']:g}s + grace "
+                f"{a['grace_s']:g}s, {a['named_requests']} open request(s) in the logs "
+                f"({', '.join(a['instances'])}, scraped every {f'{interval:g}s' if interval else '?'}; "
+                "the gauge may repeat the last batch line's value)")  # fmt: skip
     elif kind in ("engine_down", "engine_silent"):
         state = "down" if kind == "engine_down" else "silent"
         what = f"{a['engine']} {state} for {a['for_s']:.0f}s while {a['open_requests']} request(s) are open"
