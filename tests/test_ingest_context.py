@@ -197,3 +197,19 @@ def test_every_host_of_a_collection_gets_its_units_start(incident, tmp_path):
     ).fetchall()
     con.close()
     assert armed == [("dsv4-node-31", 1), ("dsv4-node-32", 1)]
+
+
+def test_a_later_verdict_judges_the_window_not_its_context(incident, tmp_path):
+    """`verdict` with no window options after `ingest --since` judges that run's window: the
+    context stored before it is read, never judged (window, counts and reasons as at ingest)."""
+    db = tmp_path / "w.duckdb"
+    _, at_ingest = _ingest(db, incident, _since(incident), journal_files=[incident["journal"]])
+    con = store.open_db(db, read_only=True)
+    try:
+        later = compute_verdict(con, VerdictOptions())
+    finally:
+        con.close()
+    since = incident["end_us"] - WINDOW_S * 1_000_000
+    assert later.window_start_us == at_ingest.window_start_us == since
+    assert later.window_basis == "last ingest"
+    assert (later.verdict, later.counts) == (at_ingest.verdict, at_ingest.counts)

@@ -138,19 +138,28 @@ last_island AS (
     FROM islands
     WHERE island = (SELECT island FROM islands ORDER BY ingest_id DESC LIMIT 1)
 ),
+-- the last island is the window when other runs lie outside it, or when one of its runs was read
+-- for a window (--since/--until): lines before it are the context that run stored, not the window
+island_is_window AS (
+    SELECT (SELECT count(*) FROM islands) > (SELECT n_runs_in FROM last_island)
+        OR coalesce((SELECT bool_or(since_us IS NOT NULL OR until_us IS NOT NULL) FROM runs
+                     WHERE ingest_id IN (SELECT ingest_id FROM islands
+                                         WHERE island = (SELECT island FROM islands ORDER BY ingest_id DESC LIMIT 1))),
+                    false) AS yes
+),
 chosen AS (
     SELECT
         CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN 'operator'
-             WHEN (SELECT count(*) FROM islands) > (SELECT n_runs_in FROM last_island) THEN 'last ingest'
+             WHEN iw.yes THEN 'last ingest'
              ELSE 'data' END AS basis,
         CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN p.since_us
-             WHEN (SELECT count(*) FROM islands) > (SELECT n_runs_in FROM last_island) THEN (SELECT lo FROM last_island)
+             WHEN iw.yes THEN (SELECT lo FROM last_island)
              ELSE span.lo END AS start_us,
         CASE WHEN p.since_us IS NOT NULL OR p.until_us IS NOT NULL THEN p.until_us
-             WHEN (SELECT count(*) FROM islands) > (SELECT n_runs_in FROM last_island) THEN (SELECT hi FROM last_island)
+             WHEN iw.yes THEN (SELECT hi FROM last_island)
              ELSE span.hi END AS end_us,
         span.lo AS data_lo, span.hi AS data_hi
-    FROM params AS p, span
+    FROM params AS p, span, island_is_window AS iw
 )
 SELECT
     coalesce(c.start_us, c.data_lo) AS start_us,

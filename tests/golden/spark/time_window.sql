@@ -106,35 +106,53 @@ WITH runs AS (
         ingest_id DESC
       LIMIT 1
     )
+), island_is_window /* the last island is the window when other runs lie outside it, or when one of its runs was read */ /* for a window (--since/--until): lines before it are the context that run stored, not the window */ AS (
+  SELECT
+    (
+      SELECT
+        COUNT(*)
+      FROM islands
+    ) > (
+      SELECT
+        n_runs_in
+      FROM last_island
+    )
+    OR COALESCE(
+      (
+        SELECT
+          BOOL_OR(NOT since_us IS NULL OR NOT until_us IS NULL)
+        FROM runs
+        WHERE
+          ingest_id IN (
+            SELECT
+              ingest_id
+            FROM islands
+            WHERE
+              island = (
+                SELECT
+                  island
+                FROM islands
+                ORDER BY
+                  ingest_id DESC
+                LIMIT 1
+              )
+          )
+      ),
+      FALSE
+    ) AS yes
 ), chosen AS (
   SELECT
     CASE
       WHEN NOT p.since_us IS NULL OR NOT p.until_us IS NULL
       THEN 'operator'
-      WHEN (
-        SELECT
-          COUNT(*)
-        FROM islands
-      ) > (
-        SELECT
-          n_runs_in
-        FROM last_island
-      )
+      WHEN iw.yes
       THEN 'last ingest'
       ELSE 'data'
     END AS basis,
     CASE
       WHEN NOT p.since_us IS NULL OR NOT p.until_us IS NULL
       THEN p.since_us
-      WHEN (
-        SELECT
-          COUNT(*)
-        FROM islands
-      ) > (
-        SELECT
-          n_runs_in
-        FROM last_island
-      )
+      WHEN iw.yes
       THEN (
         SELECT
           lo
@@ -145,15 +163,7 @@ WITH runs AS (
     CASE
       WHEN NOT p.since_us IS NULL OR NOT p.until_us IS NULL
       THEN p.until_us
-      WHEN (
-        SELECT
-          COUNT(*)
-        FROM islands
-      ) > (
-        SELECT
-          n_runs_in
-        FROM last_island
-      )
+      WHEN iw.yes
       THEN (
         SELECT
           hi
@@ -163,7 +173,7 @@ WITH runs AS (
     END AS end_us,
     span.lo AS data_lo,
     span.hi AS data_hi
-  FROM params AS p, span
+  FROM params AS p, span, island_is_window AS iw
 )
 SELECT
   COALESCE(c.start_us, c.data_lo) AS start_us,
