@@ -178,6 +178,28 @@ TzOpt = Annotated[
         help="Time zone of zone-less log prefixes: an IANA name, UTC or local. [default: inferred, else local]",
     ),
 ]  # fmt: skip
+# Where `ingest` (and `drill`, which ingests its own window) read from
+DirectoryOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--directory", "-D", metavar="DIR", readable=False,
+        help="Journal directory (e.g. /var/log/journal/remote), repeatable. [default: the local journal, "
+        "when no --directory/--journal-file/--file is given]",
+    ),
+]  # fmt: skip
+JournalFileOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--journal-file", metavar="FILE", readable=False, help="A .journal file, repeatable. [default: none]"
+    ),
+]
+FileOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--file", "-f", metavar="FILE", readable=False,
+        help="journalctl -o json / -o export output, or a plain SGLang log (.gz ok), repeatable. [default: none]",
+    ),
+]  # fmt: skip
 HostOpt = Annotated[
     str | None,
     typer.Option("--host", metavar="NAME", help="Host name for plain log files. [default: local]"),
@@ -229,36 +251,9 @@ def ingest(
     since: IngestSinceOpt = None,
     until: IngestUntilOpt = None,
     unit: UnitOpt = None,
-    directory: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--directory",
-            "-D",
-            metavar="DIR",
-            readable=False,
-            help="Journal directory (e.g. /var/log/journal/remote), repeatable. [default: the local journal, "
-            "when no --directory/--journal-file/--file is given]",
-        ),
-    ] = None,
-    journal_file: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--journal-file",
-            metavar="FILE",
-            readable=False,
-            help="A .journal file, repeatable. [default: none]",
-        ),
-    ] = None,
-    file: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--file",
-            "-f",
-            metavar="FILE",
-            readable=False,
-            help="journalctl -o json / -o export output, or a plain SGLang log (.gz ok), repeatable. [default: none]",
-        ),
-    ] = None,
+    directory: DirectoryOpt = None,
+    journal_file: JournalFileOpt = None,
+    file: FileOpt = None,
     tz: TzOpt = None,
     host: HostOpt = None,
     catalog: CatalogOpt = None,
@@ -568,35 +563,9 @@ def drill(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan only.")] = False,
     db: DbOpt = DEFAULT_DB,
     unit: UnitOpt = None,
-    directory: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--directory",
-            "-D",
-            metavar="DIR",
-            readable=False,
-            help="Journal directory holding the engines' logs, repeatable. [default: the local journal]",
-        ),
-    ] = None,
-    journal_file: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--journal-file",
-            metavar="FILE",
-            readable=False,
-            help="A .journal file, repeatable. [default: none]",
-        ),
-    ] = None,
-    file: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--file",
-            "-f",
-            metavar="FILE",
-            readable=False,
-            help="A plain SGLang log or a journalctl export, repeatable. [default: none]",
-        ),
-    ] = None,
+    directory: DirectoryOpt = None,
+    journal_file: JournalFileOpt = None,
+    file: FileOpt = None,
     tz: TzOpt = None,
     host: HostOpt = None,
     watchdog_timeout: Annotated[
