@@ -549,11 +549,6 @@ def note_file_head(con: duckdb.DuckDBPyConnection, key: str, length: int) -> Non
     con.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", [FILE_HEAD + key, str(length)])
 
 
-def file_head(con: duckdb.DuckDBPyConnection, key: str) -> int | None:
-    row = con.execute("SELECT value FROM meta WHERE key = ?", [FILE_HEAD + key]).fetchone()
-    return int(row[0]) if row else None
-
-
 def file_heads_shorter_than(con: duckdb.DuckDBPyConnection, length: int) -> list[tuple[str, int]]:
     """(key, bytes) of the files noted shorter than `length`, the longest first."""
     rows = con.execute(
