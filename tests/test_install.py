@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# one worker builds the wheel and its venv once (a module fixture is per xdist worker)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("install")]
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "fixtures" / "healthy"
