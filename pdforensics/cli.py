@@ -202,7 +202,11 @@ FileOpt = Annotated[
 ]  # fmt: skip
 HostOpt = Annotated[
     str | None,
-    typer.Option("--host", metavar="NAME", help="Host name for plain log files. [default: local]"),
+    typer.Option(
+        "--host",
+        metavar="NAME",
+        help="Host name for plain log files. [default: HOST of a file named HOST-sglang….log, else local]",
+    ),
 ]
 UnitOpt = Annotated[
     list[str] | None,

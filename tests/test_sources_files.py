@@ -468,6 +468,21 @@ def test_plain_unit_and_host_options(tmp_path: Path) -> None:
     assert got.select("host", "unit", "message").row(0) == ("gpu-7", "sglang-prefill", "hello")
 
 
+def test_plain_host_and_unit_from_a_host_unit_file_name(tmp_path: Path) -> None:
+    """Issue 28 item 5: `b200-07-sglang-dsv4-prefill.log` names its host before `local`; --host and
+    --unit still win; a name that is not `<host>-sglang…` keeps `local` and its own unit."""
+    named = tmp_path / "b200-07-sglang-dsv4-prefill.log.1.gz"
+    named.write_bytes(gzip.compress(b"hello\n"))
+    got = read(PlainFileSource(named)).records
+    assert got.select("host", "unit").row(0) == ("b200-07", "sglang-dsv4-prefill")
+    assert read(PlainFileSource(named, host="gpu-7")).records.select("host", "unit").row(0) == (
+        "gpu-7", "sglang-dsv4-prefill")  # fmt: skip
+    for name, unit in (("prefill.log", "prefill"), ("sglang-decode.log", "sglang-decode")):
+        plain = tmp_path / name
+        plain.write_text("hello\n")
+        assert read(PlainFileSource(plain)).records.select("host", "unit").row(0) == ("local", unit)
+
+
 def test_plain_ignores_unit_globs(tmp_path: Path) -> None:
     path = tmp_path / "prefill.log"
     path.write_text("a\nb\n")

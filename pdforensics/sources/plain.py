@@ -57,6 +57,17 @@ def unit_from_name(path: Path) -> str:
     return Path(name).stem or name
 
 
+# `<host>-sglang…` (as `journalctl -u` exports and collection scripts name a host's unit log):
+# b200-07-sglang-dsv4-prefill.log is host b200-07, unit sglang-dsv4-prefill
+_HOST_UNIT = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*?)[-_](?P<unit>sglang[^/]*)$")
+
+
+def host_unit_from_name(path: Path) -> tuple[str, str] | None:
+    """(host, unit) of a file named `<host>-<unit starting with sglang>.log`; None for other names."""
+    m = _HOST_UNIT.match(unit_from_name(path))
+    return (m["host"], m["unit"]) if m else None
+
+
 # Kubernetes container logs: /var/log/pods/<ns>_<pod>_<uid>/<container>/N.log and the
 # /var/log/containers/<pod>_<ns>_<container>-<64 hex id>.log links to them.
 _POD_LOG = re.compile(
@@ -100,8 +111,9 @@ class PlainFileSource:
         # The machine reading a copied file is not the machine that wrote it, hence no hostname;
         # a Kubernetes container log names its pod (host) and container (unit) in its path.
         pod = pod_from_path(self.path.resolve()) or pod_from_path(self.path)
-        self.host = host or (pod[0] if pod else "local")
-        self.unit = unit or (pod[1] if pod else unit_from_name(self.path))
+        named = pod or host_unit_from_name(self.path)
+        self.host = host or (named[0] if named else "local")
+        self.unit = unit or (named[1] if named else unit_from_name(self.path))
         self.chunk_bytes = chunk_bytes
         with open(self.path, "rb") as f:
             self.compressed = f.read(2) == GZIP_MAGIC
