@@ -644,62 +644,21 @@ def _precision(df: pl.DataFrame) -> pl.Expr:
     )
 
 
-# A line stamped in UTC (UCX's epoch) and its neighbour's zone-less time are a pair when they are
-# this close to a whole quarter hour apart (neighbours logged within a minute or so of each other).
-_NEIGHBOUR_SLACK_US = 60 * US
-
-
 def _infer_offsets(df: pl.DataFrame, carry: StreamCarry) -> dict[str, int]:
-    """Per host, local-minus-UTC, rounded to 15 minutes, from pairs of a UTC time and a zone-less
-    one: the journal's time or a UTC outer prefix (CRI's) with the same line's prefix; else a line
-    of the file stamped in UTC (UCX's `[epoch]`) with the zone-less time of the line before or
-    after it in the same file."""
-    quarter = 900 * US
-    d = pl.col("_naive") - pl.col("_pair_utc")
-    same = df.filter(pl.col("_pair_utc").is_not_null() & pl.col("_naive").is_not_null()).select(
-        "host", d.alias("d"), pl.col("ts_us").is_not_null().alias("journal"), pl.lit(False).alias("neighbour")
-    )
-    stamped = pl.col("_naive").is_null() & pl.col("_utc").is_not_null() & pl.col("ts_us").is_null()
-    near = (
-        df.with_columns(
-            pl.col("_naive").forward_fill().over("source_key").alias("_before"),
-            pl.col("_naive").backward_fill().over("source_key").alias("_after"),
-        )
-        .filter(stamped)
-        .select(
-            "host",
-            pl.concat_list(pl.col("_before") - pl.col("_utc"), pl.col("_after") - pl.col("_utc")).alias("d"),
-        )
-        .explode("d")
-        .drop_nulls("d")
-        .filter(((pl.col("d") - (pl.col("d") / quarter).round() * quarter).abs()) <= _NEIGHBOUR_SLACK_US)
-        .select(
-            "host",
-            pl.col("d").cast(pl.Int64),
-            pl.lit(False).alias("journal"),
-            pl.lit(True).alias("neighbour"),
-        )
-    )
-    pairs = pl.concat([same.with_columns(pl.col("d").cast(pl.Int64)), near])
+    """Per host, local-minus-UTC from pairs of a UTC time (the journal's, or a UTC outer prefix
+    such as CRI's) and the same line's zone-less prefix, rounded to 15 minutes."""
+    pairs = df.filter(pl.col("_pair_utc").is_not_null() & pl.col("_naive").is_not_null())
     if pairs.height:
-        # a line's own pair first: a neighbour's only where no line carries both times
-        est = (
-            pairs.sort("neighbour")
-            .group_by("host", maintain_order=True)
-            .agg(
-                pl.col("d").filter(pl.col("neighbour") == pl.col("neighbour").first()).median(),
-                pl.col("journal").any(),
-                pl.col("neighbour").first(),
-            )
+        est = pairs.group_by("host").agg(
+            (pl.col("_naive") - pl.col("_pair_utc")).median().alias("d"), pl.col("ts_us").is_not_null().any()
         )
-        for host, dd, journal, neighbour in est.iter_rows():
-            if host not in carry.host_offsets_us and dd is not None:
-                carry.host_offsets_us[host] = round(dd / quarter) * quarter
+        quarter = 900 * US
+        for host, d, journal in est.iter_rows():
+            if host not in carry.host_offsets_us and d is not None:
+                carry.host_offsets_us[host] = round(d / quarter) * quarter
                 carry.host_offset_how[host] = (
-                    "journal receive times" if journal
-                    else "UTC-stamped lines of the file (UCX's epoch) beside its own" if neighbour
-                    else "UTC times of an outer prefix"
-                )  # fmt: skip
+                    "journal receive times" if journal else "UTC times of an outer prefix"
+                )
     return carry.host_offsets_us
 
 

@@ -212,37 +212,3 @@ def test_zone_assumed_is_said(tmp_path: Path) -> None:
         tmp_path / "cri.duckdb", [PlainFileSource(paths[0])], Selection(), load_catalog(), views=False
     )
     assert summary.source_stats[0].zone == "UTC+00:00, inferred from UTC times of an outer prefix"
-
-
-def test_ucx_epoch_lines_settle_the_zone_of_a_plain_file(tmp_path: Path) -> None:
-    """Issue 28 item 5: a host in UTC+8 whose SGLang prefixes carry no zone; the UCX lines in the
-    same file are stamped in epoch seconds: they settle the offset (not this machine's zone)."""
-    from datetime import timedelta
-
-    t0 = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)
-    batch = ("Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 0, token usage: 0.00, #running-req: 0, "
-             "#queue-req: 0, #bootstrap-req: 0, #inflight-req: 0, input throughput (token/s): 0.00")  # fmt: skip
-    lines = []
-    for k in range(30):
-        t = t0 + timedelta(seconds=10 * k)
-        lines.append(f"[{(t + timedelta(hours=8)):%Y-%m-%d %H:%M:%S} TP0] {batch}")
-        if k == 15:
-            lines.append(
-                f"[{t.timestamp() + 0.5:.6f}] [b200-07:4242:0]    ucp_worker.c:1783 UCX  ERROR failed"
-            )
-    path = tmp_path / "b200-07-sglang-dsv4-prefill.log"
-    path.write_text("\n".join(lines) + "\n")
-    db = tmp_path / "db.duckdb"
-    summary = ingest(db, [PlainFileSource(path)], Selection(), load_catalog(), views=False)
-    assert summary.source_stats[0].zone == (
-        "UTC+08:00, inferred from UTC-stamped lines of the file (UCX's epoch) beside its own"
-    )
-    con = store.open_db(db, read_only=True)
-    try:
-        lo, hi, hosts = con.execute(
-            "SELECT min(ts_us), max(ts_us), list(DISTINCT host) FROM lines"
-        ).fetchone()
-    finally:
-        con.close()
-    assert (lo, hi) == (int(t0.timestamp() * 1e6), int((t0 + timedelta(seconds=290)).timestamp() * 1e6))
-    assert hosts == ["b200-07"]
