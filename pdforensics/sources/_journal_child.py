@@ -538,18 +538,23 @@ def read_heads(out: IO[bytes], j: Any, unit: dict[str, Any], request: dict[str, 
             continue
         until = min(before, j._get_realtime() + HEAD_SPAN_US)
         j.seek_cursor(j._get_cursor())  # the next entry is the first again
-        cursors, cols, _, error = read_entries(j, fields, unit["head_entries"], until, 1, pv)
-        if cursors:
-            _send(out, BLOCK, i, marshal.dumps((cursors, cols)))
-        pv[DONE_IN_BLOCK] = 0
+        error = _send_entries(out, i, j, fields, unit["head_entries"], until, pv)
         if error is None and (tail := _ended_before(j, before)):
-            cursors, cols, _, error = read_entries(j, fields, tail, before, 1, pv)
-            if cursors:
-                _send(out, BLOCK, i, marshal.dumps((cursors, cols)))
-            pv[DONE_IN_BLOCK] = 0
+            error = _send_entries(out, i, j, fields, tail, before, pv)
         if error is not None:
             _send(out, ERROR, i, f"context before the window unreadable: {error.strerror or error}".encode())
             return
+
+
+def _send_entries(
+    out: IO[bytes], i: int, j: Any, fields: tuple[str, ...], limit: int, until_us: int, pv: memoryview
+) -> OSError | None:
+    """Up to `limit` entries from the reader's position (checking the time after each), as one block."""
+    cursors, cols, _, error = read_entries(j, fields, limit, until_us, 1, pv)
+    if cursors:
+        _send(out, BLOCK, i, marshal.dumps((cursors, cols)))
+    pv[DONE_IN_BLOCK] = 0
+    return error
 
 
 def _ended_before(j: Any, before_us: int) -> int:
