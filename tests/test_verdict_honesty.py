@@ -175,6 +175,24 @@ def test_no_prefill_at_all_is_inconclusive(log: Log) -> None:
     assert v.reasons[0].startswith("the prefill inflight queue was never observed")
 
 
+@pytest.mark.parametrize("prefill_from", [29, 3600])
+def test_the_only_prefill_holds_a_decode_failure_only_once_observed(log: Log, prefill_from: float) -> None:
+    """At L0 a decode's `Decode transfer failed` names no prefill: with one prefill host it can
+    only be that one, but only if that prefill's lines had begun. A prefill first seen an hour
+    later (another day's file, a later deployment) is not known to have held it: its empty queue
+    then says nothing of this request."""
+    r = room(1)
+    log.failure(32, DECODE, "decode_transfer_failed", r, "d1", "Request timed out after 300.0s in KVPoll.WaitingForInput")
+    for t in range(prefill_from, prefill_from + 600, 20):
+        log.batch(t, inflight=1)  # floor 0: the prefill's queues are empty
+    req = log.requests()[r]
+    if prefill_from < 32:
+        assert (req["prefill_status"], req["class"]) == ("released", "transfer_failed")
+    else:
+        assert (req["prefill_status"], req["class"]) == ("no_prefill", "undecided")
+        assert log.verdict().verdict == "inconclusive"
+
+
 def test_no_decode_at_all_is_inconclusive_and_handed_off_requests_undecided(log: Log) -> None:
     """Only the prefill's journal: every request it received it also finished, its queue drains to
     0. Its Finish: ends its own hold, but whether each transfer reached a decode and finished

@@ -67,6 +67,9 @@ restarts AS MATERIALIZED (SELECT unnest(engine_restarts, recursive := true) FROM
 holes AS MATERIALIZED (SELECT unnest(holes, recursive := true) FROM c),
 gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
 prefill_hosts AS MATERIALIZED (SELECT unnest(prefill_hosts) AS host FROM c),
+prefill_incarnations AS MATERIALIZED (
+    SELECT x.start_t FROM (SELECT unnest(incarnations, recursive := true) FROM c) AS x WHERE x.engine = 'prefill'
+),
 ig AS MATERIALIZED (SELECT host, t_us, queue_req FROM inflight_gauge),
 -- every request, computed once (room_facts is the heavy step: one aggregate over the room lines)
 -- A request the decode received, that no prefill line names although a prefill logs its requests
@@ -122,8 +125,11 @@ held_by_prefill AS MATERIALIZED (
         -- unless a line names another prefill whose own lines are absent (design.md, "Exists":
         -- nothing is attributed to an instance, or away from one, by elimination)
         -- nor when its room is another deployment's too (its prefill may be one not collected)
+        -- nor before that prefill's first line: an instance not yet observed when it was handed
+        -- off may be another one (a later deployment's, a file from another day)
         coalesce(r.p_host, CASE WHEN (SELECT count(*) FROM prefill_hosts) = 1
                                  AND (SELECT array_length(unobserved_prefills) FROM c) = 0 AND r.holder = ''
+                                 AND r.open_start >= (SELECT min(start_t) FROM prefill_incarnations)
                                 THEN (SELECT min(host) FROM prefill_hosts) END) AS host,
         (SELECT count(*) FROM prefill_hosts) AS n_prefill_hosts,
         -- the decode finished it and no prefill line names it: held past its deadline, it is

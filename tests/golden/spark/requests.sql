@@ -24,6 +24,17 @@ SELECT
   EXPLODE(prefill_hosts) AS host
 FROM requests__c AS c;
 
+CREATE OR REPLACE TEMPORARY VIEW requests__prefill_incarnations AS
+SELECT
+  x.start_t
+FROM (
+  SELECT
+    INLINE(incarnations)
+  FROM requests__c AS c
+) AS x
+WHERE
+  x.engine = 'prefill';
+
 CREATE OR REPLACE TEMPORARY VIEW requests__ig AS
 SELECT
   host,
@@ -165,13 +176,18 @@ SELECT
         FROM requests__c AS c
       ) = 0
       AND r.holder = ''
+      AND r.open_start >= (
+        SELECT
+          MIN(start_t)
+        FROM requests__prefill_incarnations AS prefill_incarnations
+      )
       THEN (
         SELECT
           MIN(host)
         FROM requests__prefill_hosts AS prefill_hosts
       )
     END
-  ) AS host, /* at L0 the room may not name its prefill: with one prefill host it can only be that one, */ /* unless a line names another prefill whose own lines are absent (design.md, "Exists": */ /* nothing is attributed to an instance, or away from one, by elimination) */ /* nor when its room is another deployment's too (its prefill may be one not collected) */
+  ) AS host, /* at L0 the room may not name its prefill: with one prefill host it can only be that one, */ /* unless a line names another prefill whose own lines are absent (design.md, "Exists": */ /* nothing is attributed to an instance, or away from one, by elimination) */ /* nor when its room is another deployment's too (its prefill may be one not collected) */ /* nor before that prefill's first line: an instance not yet observed when it was handed */ /* off may be another one (a later deployment's, a file from another day) */
   (
     SELECT
       COUNT(*)
