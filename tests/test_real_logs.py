@@ -57,7 +57,8 @@ def test_aborts_and_timeouts_get_their_classes(verdict: dict) -> None:
     # line of that deployment says which prefill, or whether it does (another report's prefill,
     # from another day, is not it)
     waiting = found["8360203925601259718"]
-    assert (waiting["class"], waiting["holder_at_end"], waiting["prefill_status"]) == ("undecided", "prefill", "no_prefill")
+    assert waiting["class"] == "undecided" and waiting["holder_at_end"] == "prefill"
+    assert waiting["prefill_status"] == "no_prefill"
     assert waiting["reason"].startswith("upstream_timeout (waiting_timeout)")
     assert found["5975098084415727586"]["class"] == "transfer_failed"  # Bootstrapping timeout, no prefix
     assert found["4793981895866140836"]["abort_race"]  # Decode transfer failed ... AbortReq

@@ -182,7 +182,8 @@ def test_the_only_prefill_holds_a_decode_failure_only_once_observed(log: Log, pr
     later (another day's file, a later deployment) is not known to have held it: its empty queue
     then says nothing of this request."""
     r = room(1)
-    log.failure(32, DECODE, "decode_transfer_failed", r, "d1", "Request timed out after 300.0s in KVPoll.WaitingForInput")
+    timed_out = "Request timed out after 300.0s in KVPoll.WaitingForInput"
+    log.failure(32, DECODE, "decode_transfer_failed", r, "d1", timed_out)
     for t in range(prefill_from, prefill_from + 600, 20):
         log.batch(t, inflight=1)  # floor 0: the prefill's queues are empty
     req = log.requests()[r]
