@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -245,12 +247,28 @@ def ingest(
         # Disk full ("Failed to commit: Could not write file"), I/O error: one line for the user;
         # every committed batch stays.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if _NOT_WRITABLE.search(first):  # a rerun meets the same wall: say what to change instead
+            raise DatabaseError(
+                f"writing {db} failed: {first}; the batches committed before this are kept; "
+                f"{_not_writable_advice(Path(db))}"
+            ) from None
         raise DatabaseError(
             f"writing {db} failed: {first}; the batches committed before this are kept, rerun to continue"
         ) from None
     finally:
         if own:
             con.close()
+
+
+_NOT_WRITABLE = re.compile(r"Permission denied|Read-only file system|Operation not permitted", re.IGNORECASE)
+
+
+def _not_writable_advice(db: Path) -> str:
+    """What to do when the database cannot be written: rerunning as it is would fail again."""
+    folder = db.parent if str(db.parent) else Path(".")
+    if os.access(db, os.W_OK) and not os.access(folder, os.W_OK):
+        return store.read_only_folder(db)
+    return f"{db} or its folder {folder} is not writable: make both writable, or pass a --db in a writable folder"
 
 
 _WRITE_FAILED = (
@@ -557,7 +575,8 @@ def _commit(
         context.stats_parts.append(parsed.stats if same else kept_stats(parsed))
     unread = batch.known_unread + (store.stored_count(con, *batch.known_before) if batch.known_before else 0)
     counts = {
-        "records": prep.records + unread,
+        # a plain file's lines outside the window are read, parsed, then counted as skipped only
+        "records": prep.records - prep.outside + unread,
         "stored": parsed.lines.height,
         "duplicates": prep.records - prep.fresh + late + unread,
         "skipped": batch.skipped + prep.outside,

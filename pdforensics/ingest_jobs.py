@@ -564,7 +564,10 @@ def _known(records: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:
     if not records.height or not stored.height:
         return empty
     keys = records.select("source_key", "seq").drop_nulls().sort("source_key", "seq")
+    # Both sides are sorted by (source_key, seq/lo) just above, so each `by` group is sorted: polars
+    # cannot check that with `by` and warned so on stderr, once per worker (issue 29, item 10).
     hit = keys.join_asof(
-        stored.sort("source_key", "lo"), left_on="seq", right_on="lo", by="source_key", strategy="backward"
-    ).filter(pl.col("seq") <= pl.col("hi"))
+        stored.sort("source_key", "lo"), left_on="seq", right_on="lo", by="source_key", strategy="backward",
+        check_sortedness=False,
+    ).filter(pl.col("seq") <= pl.col("hi"))  # fmt: skip
     return hit.select("source_key", "seq", line_id=-pl.col("seq") - 1).cast(empty.schema)  # type: ignore[arg-type]

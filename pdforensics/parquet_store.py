@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+
+from pdforensics.errors import OutputError, is_interrupt
 
 PARTITIONED = ("lines", "events")
 PARTITION_COLUMNS = ("pdf_host", "pdf_hour")
@@ -55,8 +59,29 @@ class ParquetMirror:
 
     # -- the ingest's hooks ---------------------------------------------------------------------------
 
+    @contextmanager
+    def _writing(self, tmp: Path | None = None) -> Iterator[None]:
+        """A write into DIR: its failure (a full disk, a read-only folder) is an OutputError naming
+        DIR, not the database (whose committed batches stand), and leaves no `tmp` behind."""
+        try:
+            yield
+        except (duckdb.Error, OSError) as exc:
+            if is_interrupt(exc):
+                raise
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+            raise OutputError(
+                f"writing the Parquet copy {self.root} failed: {_reason(exc)}; the database keeps every "
+                "batch committed before this: free space there (or make it writable) and rerun with the "
+                "same --parquet, which writes what the copy lacks"
+            ) from None
+
     def begin(self, con: duckdb.DuckDBPyConnection, ingest_id: int) -> None:
         """Remove parts no record names (a killed run's), then write what no record covers."""
+        with self._writing():
+            self._begin(con)
+
+    def _begin(self, con: duckdb.DuckDBPyConnection) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         recorded = self._recorded(con)
         for table in PARTITIONED:
@@ -80,10 +105,11 @@ class ParquetMirror:
             if table in PARTITIONED:
                 continue
             out = self.root / table / "part-0.parquet"
-            out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_name(".part-0.parquet.tmp")
-            con.execute(f"COPY (SELECT * FROM {_ident(table)}) TO {_literal(str(tmp))} (FORMAT parquet)")
-            os.replace(tmp, out)
+            with self._writing(tmp):
+                out.parent.mkdir(parents=True, exist_ok=True)
+                con.execute(f"COPY (SELECT * FROM {_ident(table)}) TO {_literal(str(tmp))} (FORMAT parquet)")
+                os.replace(tmp, out)
 
     # -- parts ------------------------------------------------------------------------------------------
 
@@ -101,13 +127,14 @@ class ParquetMirror:
             groups = con.execute(f"SELECT DISTINCT {_HOST}, {_HOUR} FROM {table} WHERE {scope}").fetchall()
             for host, hour in groups:
                 d = self.root / table / f"pdf_host={hive_escape(host)}" / f"pdf_hour={hour}"
-                d.mkdir(parents=True, exist_ok=True)
                 tmp = d / f".{name}.tmp"
-                con.execute(
-                    f"COPY (SELECT * FROM {table} WHERE {scope} AND {_HOST} = {_literal(host)} "
-                    f"AND {_HOUR} = {_literal(hour)} ORDER BY line_id) TO {_literal(str(tmp))} (FORMAT parquet)"
-                )
-                os.replace(tmp, d / name)
+                with self._writing(tmp):
+                    d.mkdir(parents=True, exist_ok=True)
+                    con.execute(
+                        f"COPY (SELECT * FROM {table} WHERE {scope} AND {_HOST} = {_literal(host)} "
+                        f"AND {_HOUR} = {_literal(hour)} ORDER BY line_id) TO {_literal(str(tmp))} (FORMAT parquet)"
+                    )
+                    os.replace(tmp, d / name)
         con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [f"{self.key}{ingest_id}-{lo}", str(hi)])
 
     def _recorded(self, con: duckdb.DuckDBPyConnection) -> set[tuple[int, int]]:
@@ -135,6 +162,18 @@ class ParquetMirror:
             "GROUP BY ingest_id ORDER BY ingest_id"
         ).fetchall()
         return [(int(i), int(lo), int(hi)) for i, lo, hi in rows]
+
+
+def _reason(exc: BaseException) -> str:
+    """The short reason of a failed write: an OSError's strerror, the message DuckDB's IO error
+    wraps in JSON ("No space left on device"), else its first line."""
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    text = str(exc).strip()
+    inner = re.search(r'"exception_message":"((?:[^"\\]|\\.)*)"', text)
+    if inner:
+        return inner.group(1).replace('\\"', '"')
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _ident(name: str) -> str:

@@ -161,6 +161,15 @@ def _is_lock_error(exc: duckdb.Error) -> bool:
 
 def _friendly(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: float = 0.0) -> DatabaseError:
     text = _CREATING.sub(r"\1", str(exc))  # the user named `path`, not open_db's temporary name for it
+    if "replaying WAL" in text or "Corrupt WAL" in text:
+        # The file is fine up to its last checkpoint; only the log of later commits is damaged, and
+        # DuckDB replays it on every open: nothing opens the database until it is moved aside.
+        wal = Path(f"{path}.wal")
+        return DatabaseError(
+            f"{wal}, the log of {path.name}'s commits since its last checkpoint, is damaged "
+            f"({_wal_problem(text)}); move it aside (mv {wal} {wal}.damaged) to open the database as of "
+            "that checkpoint: the batches only the log held are lost, and a rerun of the ingest stores them again"
+        )
     if "not a valid DuckDB database" in text or "corrupt" in text.lower():
         return DatabaseError(
             f"{path} is not a readable pdforensics database (corrupt or not DuckDB): {text.splitlines()[0]}"
@@ -185,6 +194,12 @@ def _friendly(exc: duckdb.Error, path: Path, read_only: bool = False, waited_s: 
             return DatabaseError(f"cannot read {path}: permission denied")
         return DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)")
     return DatabaseError(f"cannot open database {path}: {text.splitlines()[0]}")
+
+
+def _wal_problem(text: str) -> str:
+    """DuckDB's reason, without its 'Failure while replaying WAL file "..."' preamble."""
+    first = text.strip().splitlines()[0] if text.strip() else "unreadable"
+    return re.sub(r'^.*?Failure while replaying WAL file "[^"]*":\s*', "", first)
 
 
 def open_db(
@@ -247,8 +262,22 @@ def _check_path(path: Path, read_only: bool) -> None:
         not path.exists() and not os.access(parent, os.W_OK)
     ):
         raise DatabaseError(f"cannot write {path}: permission denied (choose a writable --db path)")
+    if not os.access(parent, os.W_OK):
+        # DuckDB writes every transaction to `<db>.wal` beside the file first: with the file
+        # writable and its folder not, the first commit failed, and no rerun could do better.
+        raise DatabaseError(f"cannot write {path}: {read_only_folder(path)}")
     if not path.exists() or (path.is_file() and path.stat().st_size == 0):
         _create_atomically(path)
+
+
+def read_only_folder(path: Path) -> str:
+    """Why a database whose file is writable cannot be written (its folder, where its .wal goes,
+    is not), and what to do: a rerun would fail the same way."""
+    parent = path.parent if str(path.parent) else Path(".")
+    return (
+        f"its folder {parent} is read-only and every write goes through {path.name}.wal beside it; "
+        "make the folder writable, or copy the database to a writable folder and pass that --db"
+    )
 
 
 def _create_atomically(path: Path) -> None:

@@ -130,6 +130,23 @@ def test_window_applies_to_plain_files_after_parsing(tmp_path: Path, fixture: Pa
     assert lines.filter(pl.col("ts_us") < since - 1_000_000).height == 0
 
 
+def test_plain_lines_outside_the_window_are_read_once(tmp_path: Path, catalog) -> None:
+    """Issue 29, item 10: a plain file's lines outside the window are read, parsed and dropped; they
+    count as outside the selection, not also as read and selected (`read N records` said the file's
+    lines plus those outside the window)."""
+    log = tmp_path / "sglang-prefill.log"
+    log.write_bytes(_plain_text(3000))
+    lines = log.read_bytes().count(b"\n")
+    clean_db = tmp_path / "clean.duckdb"
+    run(clean_db, [_plain(log)], catalog)
+    ts = all_lines(clean_db)["ts_us"].drop_nulls().sort()
+    part = run(tmp_path / "w.duckdb", [_plain(log)], catalog,
+               Selection(window=Window(since_us=int(ts[ts.len() // 2])), units=("*",)))  # fmt: skip
+    assert 0 < part.skipped < lines and part.rejected == 0
+    assert part.records + part.skipped == lines, "each line read is counted once"
+    assert part.records == part.stored + part.duplicates
+
+
 class _Dying:
     """A source that yields real batches, then fails: an interrupted ingest."""
 

@@ -168,3 +168,21 @@ def test_cli_parquet_option_and_help(collection: Path, tmp_path: Path) -> None:
     afile.write_text("x")
     bad = cli("ingest", "--db", str(db), "-D", str(collection), "--parquet", str(afile))
     assert bad.returncode != 0 and "not a directory" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_parquet_copy_that_cannot_be_written_is_named_not_the_database(
+    tmp_path: Path, full_folder: Path
+) -> None:
+    """Issue 29, item 10: a full disk under --parquet was reported as "writing <db> failed", the
+    database that holds every batch. One line naming the Parquet folder, exit 6 (an output), and no
+    part file left half-written."""
+    from test_reliability import cli
+
+    db, pq = tmp_path / "db.duckdb", full_folder / "pq"
+    export = fixtures_dir() / "decode_restart_watchdog_fires" / "journal.export"
+    proc = cli("ingest", "--db", str(db), "--file", str(export), "--parquet", str(pq), "-q")
+    assert proc.returncode == 6, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"pdforensics: writing the Parquet copy {pq} failed: "), line
+    assert "No space left on device" in line and f"writing {db}" not in line, line
+    assert not [p for p in pq.rglob("*") if p.is_file()], "no part file left"

@@ -955,6 +955,47 @@ def test_read_only_database_path_is_a_clear_message(shared: Path, case: str) -> 
     assert_one_line_error(proc, 4, "permission denied (choose a writable --db path)")
 
 
+def test_a_writable_database_in_a_read_only_folder_says_what_to_change(shared: Path) -> None:
+    """Issue 29, item 10: the file writable, its folder not (DuckDB writes `<db>.wal` there): the
+    first commit failed with "rerun to continue", which never helps. One line naming the folder
+    and what to do, before any run is recorded."""
+    db = shared / "ro.duckdb"
+    store.open_db(db).close()
+    db.chmod(0o666)
+    export = shutil.copy(fixtures_dir() / SCENARIO / "journal.export", shared / "journal.export")
+    Path(export).chmod(0o644)
+    proc = as_nobody("ingest", "--db", str(db), "--file", str(export))
+    assert_one_line_error(proc, 4, f"its folder {shared} is read-only")
+    assert "make the folder writable" in proc.stderr and "rerun" not in proc.stderr, proc.stderr
+    assert rows(db, "SELECT count(*) FROM ingests") == [(0,)]
+
+
+def test_a_write_refused_mid_ingest_says_what_to_change_not_rerun(
+    tmp_path: Path, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database that stops being writable during the run (a read-only remount): the batches
+    committed are kept, and the line says what to change, since a plain rerun meets the same wall."""
+    db = tmp_path / "a.duckdb"
+    real = store.store_batch
+    calls: list[int] = []
+
+    def refused_at_the_second(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise duckdb.IOException(f'Cannot open file "{db}.wal": Read-only file system')
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "store_batch", refused_at_the_second)
+    sources = build_sources(None, None, [fixtures_dir() / SCENARIO / "journal.export"], None)
+    with pytest.raises(DatabaseError) as failed:
+        ingest(db, sources, CLI_SELECTION, catalog, batch_size=100, views=False)  # 382 entries: 4 batches
+    text = str(failed.value)
+    assert f"writing {db} failed" in text and "Read-only file system" in text, text
+    assert "rerun to continue" not in text and "writable" in text, text
+    assert rows(db, "SELECT status FROM ingests") == [("interrupted",)]
+    assert rows(db, "SELECT count(*) FROM lines") == [(100,)], "the first batch is kept"
+
+
 def test_unreadable_database_is_a_clear_message(shared: Path) -> None:
     db = shared / "secret.duckdb"
     store.open_db(db).close()

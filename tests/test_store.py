@@ -73,6 +73,35 @@ def test_corrupt_file_is_a_clear_error(tmp_path: Path) -> None:
         store.open_db(path)
 
 
+def test_a_damaged_wal_is_named_with_how_to_move_it_aside(tmp_path: Path) -> None:
+    """Issue 29, item 10: a damaged `<db>.wal` (DuckDB replays it on every open) made the database
+    "not a readable pdforensics database" with no hint; the line names the .wal and the command
+    that moves it aside, after which the database opens as of its last checkpoint."""
+    db = tmp_path / "a.duckdb"
+    store.open_db(db).close()
+    con = duckdb.connect(str(db))
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.execute("INSERT INTO meta SELECT 'k' || i, repeat('v', 50) FROM range(200) t(i)")
+    con.close()
+    wal = Path(f"{db}.wal")
+    data = wal.read_bytes()
+    mid = len(data) // 2
+    wal.write_bytes(data[:mid] + bytes(64) + data[mid + 64 :])
+    for read_only in (False, True):
+        with pytest.raises(DatabaseError) as damaged:
+            store.open_db(db, read_only=read_only)
+        text = str(damaged.value)
+        assert text.startswith(f"{wal}, the log of a.duckdb's commits since its last checkpoint, is damaged")
+        assert f"move it aside (mv {wal} {wal}.damaged)" in text, text
+    proc = subprocess.run([sys.executable, "-m", "pdforensics", "verdict", "--db", str(db)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 4 and proc.stderr.count("\n") == 1 and "mv " in proc.stderr, proc.stderr
+    wal.rename(f"{wal}.damaged")
+    con = store.open_db(db, read_only=True)
+    assert con.execute("SELECT count(*) FROM meta WHERE key LIKE 'k%'").fetchone() == (0,)
+    con.close()
+
+
 def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError, match="does not exist"):
         store.open_db(tmp_path / "nope" / "a.duckdb")
