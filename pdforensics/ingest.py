@@ -20,7 +20,15 @@ from pdforensics.catalog import Catalog
 from pdforensics.catalog.prefixes import load_prefixes
 from pdforensics.errors import DatabaseError, is_interrupt
 from pdforensics.parquet_store import ParquetMirror
-from pdforensics.parse import STATS_KEY, Parsed, ParseOptions, StreamCarry, kept_stats, parse_records
+from pdforensics.parse import (
+    STATS_KEY,
+    FileZone,
+    Parsed,
+    ParseOptions,
+    StreamCarry,
+    kept_stats,
+    parse_records,
+)
 from pdforensics.sources import FILE_MARK, RecordBatch, Selection, Source, Window
 from pdforensics.sources._common import HEAD_BYTES
 from pdforensics.sources.journal import JournalSource
@@ -198,6 +206,16 @@ def _plan_resume(con: duckdb.DuckDBPyConnection, src: Source, selection: Selecti
     # Else the file shrank (rewritten, same head): read it whole.
 
 
+def _file_zones(sources: list[Source], opts: ParseOptions) -> dict[str, FileZone]:
+    """The offset each plain file to be read settles from its own head (PlainFileSource.zone), by
+    source label: once per file, before any of its batches; no batch adds to it."""
+    zones = {}
+    for src in sources:
+        if isinstance(src, PlainFileSource) and src.start is not None and (zone := src.zone(opts)):
+            zones[src.label] = zone
+    return zones
+
+
 def _grown_from(con: duckdb.DuckDBPyConnection, src: PlainFileSource) -> str:
     """A file's identity while it grows (sources.plain.grown_key): a file stored when it was shorter
     than the head its key hashes keeps that key, so long as it still starts with the bytes stored then."""
@@ -330,6 +348,7 @@ def _ingest(
             else:
                 for src in sources:
                     _plan_resume(con, src, read)
+                carry.file_zones.update(_file_zones(sources, opts))
                 batches = _batches(sources, read, batch_size)
                 _pipeline(
                     con, ingest_id, batches, read.window, opts, carry, next_id, summary, context,

@@ -6,8 +6,9 @@ The passes over a batch, all column-at-a-time:
    prefixes of catalog/prefixes.toml (journalctl, docker-compose, kubectl, CRI, Kibana, Loki,
    CloudWatch/Datadog CSV...), repair mangled SGLang prefixes (a lost `[`, a time-only prefix
    dated from the file's other lines or --date), and read the other clocks (router, mini_lb, UCX).
-2. *time*: app time in UTC (zone from --tz, else inferred from journal or outer UTC times, else
-   this machine's, and said so in the stats); a line without one inherits the previous line's.
+2. *time*: app time in UTC (zone from --tz, else inferred from journal or outer UTC times, or for
+   a plain file from its head's UTC-stamped lines (file_zone, once per file, before its batches),
+   else this machine's, and said so in the stats); a line without one inherits the previous line's.
 3. *join*: records split in several lines (CRI `P` partials, journald LineMax splits, lines a
    reporter wrapped onto indented lines) are matched as one record.
 4. *match*: one Aho-Corasick pass finds each row's catalog anchors; only those candidate rows
@@ -108,6 +109,14 @@ class ParseOptions:
     date: str | None = None  # YYYY-MM-DD for time-only prefixes no other line of the file dates
 
 
+@dataclass(frozen=True)
+class FileZone:
+    """A plain file's UTC offset as its own head settles it (see file_zone)."""
+
+    offset_us: int | None  # local minus UTC; None: its pairs disagree, so none is guessed
+    how: str  # what settled it, or how the pairs disagree (for the ingest summary)
+
+
 @dataclass
 class StreamCarry:
     """What a batch hands to the next one of the same ingest (per stream)."""
@@ -128,6 +137,9 @@ class StreamCarry:
     # of a repeated (DST) hour: the next batch goes on resolving the hour by file order
     last_local: dict[str, tuple[int, bool]] = field(default_factory=dict)
     host_offset_how: dict[str, str] = field(default_factory=dict)  # host -> what its offset came from
+    # source (a plain file's label) -> the offset its own head settled before any batch was parsed
+    # (file_zone): set once per file by ingest, read by every batch, never changed by one
+    file_zones: dict[str, FileZone] = field(default_factory=dict)
     # record stream (see _join_records) -> the text of its split record so far, when the batch
     # ended before the record did (a CRI `P` record, a journald LineMax piece): the next batch
     # joins its continuation to it. Honoured while last_head holds anything: ingest clears that
@@ -662,28 +674,103 @@ def _infer_offsets(df: pl.DataFrame, carry: StreamCarry) -> dict[str, int]:
     return carry.host_offsets_us
 
 
+# A line stamped in UTC only (UCX's `[epoch]`) and the zone-less time of the timed line before or
+# after it are a pair when they are this close to a whole quarter hour apart (lines logged within a
+# minute of each other); farther, the two lines are apart in time and say nothing of the zone.
+_NEIGHBOUR_SLACK_US = 60 * US
+# UTC offsets (minutes) IANA zones use, DST included: whole hours from -12 to +14 and these. A pair
+# rounded elsewhere (-00:15: a UCX line a quarter hour after a UTC host's last line) is two lines
+# apart in time, not a zone.
+_ZONE_OFFSETS_MIN = frozenset(
+    [*range(-720, 841, 60), -570, -210, -150, 210, 270, 330, 345, 390, 525, 570, 630, 765, 825]
+)
+
+
+def file_zone(records: pl.DataFrame, opts: ParseOptions) -> FileZone | None:
+    """A plain file's UTC offset as its head (`records`: its first lines) settles it, once, before
+    any batch of the file is parsed (a batch's own lines never change it: the same file gives the
+    same rows read in one go, in batches, or resumed after it grew).
+
+    Each line stamped in UTC only (UCX's `[epoch]`) pairs with the zone-less time of the timed line
+    before it and of the one after it; a difference within a minute of a quarter hour that some
+    zone uses is rounded to it. One offset: FileZone(it). Several: FileZone(None, how they disagree):
+    nothing is guessed, the file is read as it would be without them. None: --tz names the zone,
+    the file's lines pair UTC and zone-less times themselves (a UTC outer prefix such as CRI's:
+    _infer_offsets reads those, as the prefix forms say), or there is no pair."""
+    if opts.tz is not None or not records.height:
+        return None
+    df = records.select(list(RECORD_SCHEMA)).with_row_index("_row")
+    df = df.with_columns(pl.col("_row").cast(pl.Int64).alias("line_id"))
+    df = _time_columns(_strip_prefixes(df, opts, StreamCarry()))
+    if df.select((pl.col("_pair_utc").is_not_null() & pl.col("_naive").is_not_null()).any()).item():
+        return None
+    quarter = 900 * US
+    stamped = pl.col("_utc").is_not_null() & pl.col("_local").is_null() & pl.col("ts_us").is_null()
+    pairs = (
+        df.with_columns(
+            # on a stamped line (no zone-less time of its own): the nearest one before and after it
+            pl.col("_local").forward_fill().over("source_key").alias("_before"),
+            pl.col("_local").backward_fill().over("source_key").alias("_after"),
+        )
+        .filter(stamped)
+        .select(
+            pl.concat_list(pl.col("_before") - pl.col("_utc"), pl.col("_after") - pl.col("_utc")).alias("d")
+        )
+        .explode("d")
+        .drop_nulls("d")
+        .with_columns(((pl.col("d") / quarter).round() * quarter).cast(pl.Int64).alias("offset"))
+        .filter(
+            ((pl.col("d") - pl.col("offset")).abs() <= _NEIGHBOUR_SLACK_US)
+            & (pl.col("offset") // (60 * US)).is_in(list(_ZONE_OFFSETS_MIN))
+        )
+    )
+    if not pairs.height:
+        return None
+    counts = pairs.group_by("offset").len().sort(["len", "offset"], descending=[True, False])
+    what = "its UTC-stamped lines (UCX's [epoch]) and the zone-less times beside them"
+    said = [f"{_offset_text(o)} from {n} pair{'s' if n > 1 else ''}" for o, n in counts.iter_rows()]
+    if counts.height == 1:
+        return FileZone(counts["offset"][0], f"{what} ({said[0].split(' from ', 1)[1]})")
+    return FileZone(
+        None, f"{what} disagree on its offset ({', '.join(said)}), so none was inferred: pass --tz"
+    )
+
+
 def _offset_text(us: int) -> str:
     minutes = us // (60 * US)
     return f"{'+' if minutes >= 0 else '-'}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-def _app_time(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
-    """app_ts_us: the line's own time in UTC; `_zoned`: it was read in a zone (see zone_read)."""
+def _time_columns(df: pl.DataFrame) -> pl.DataFrame:
+    """After the prefix pass: `_naive` (the SGLang prefix's zone-less time), `_local` (the line's
+    zone-less time, whichever form gave it), `_utc` (its time known in UTC: a UTC outer prefix, a
+    UTC or epoch clock such as UCX's) and `_pair_utc` (a UTC time to pair with `_naive`: the
+    journal's, or a UTC outer prefix's), all in microseconds."""
     local_naive = pl.coalesce(
         pl.col("_naive"), pl.when(~pl.col("_c_utc")).then("_c_us"), pl.when(~pl.col("_o_utc")).then("_o_us")
     )
     known_utc = pl.coalesce(pl.when(pl.col("_c_utc")).then("_c_us"), pl.when(pl.col("_o_utc")).then("_o_us"))
     df = df.with_columns(_naive_us(df).alias("_naive"), _precision(df).alias("app_ts_precision_us"))
-    df = df.with_columns(
+    return df.with_columns(
         local_naive.alias("_local"),
         known_utc.alias("_utc"),
         pl.coalesce("ts_us", pl.when(pl.col("_o_utc")).then("_o_us")).alias("_pair_utc"),
     )
+
+
+def _app_time(df: pl.DataFrame, opts: ParseOptions, carry: StreamCarry) -> pl.DataFrame:
+    """app_ts_us: the line's own time in UTC; `_zoned`: it was read in a zone (see zone_read)."""
+    df = _time_columns(df)
     zone = opts.tz
     df = _repeated_hour(df, zone or LOCAL_TZ, carry)
     if zone is None:
         offsets = _infer_offsets(df, carry)
         offset = pl.col("host").replace_strict(offsets, default=None, return_dtype=pl.Int64)
+        # a plain file's own head settled its offset before any batch (file_zone): it wins
+        settled = {s: z.offset_us for s, z in carry.file_zones.items() if z.offset_us is not None}
+        if settled:
+            by_file = pl.col("source").replace_strict(settled, default=None, return_dtype=pl.Int64)
+            offset = pl.coalesce(by_file, offset)
         local = pl.when(offset.is_not_null()).then(pl.col("_local") - offset).otherwise("_by_zone")
     else:
         local = pl.col("_by_zone")
@@ -760,13 +847,20 @@ def _last_local(df: pl.DataFrame, second: dict[str, bool]) -> dict[str, tuple[in
     return {k: (t, bool(second.get(k, False))) for k, t in last.iter_rows()}
 
 
-def zone_read(host: str | None, opts: ParseOptions, carry: StreamCarry) -> str:
-    """The zone a host's zone-less times were read in, and why (for the ingest summary)."""
+def zone_read(host: str | None, opts: ParseOptions, carry: StreamCarry, source: str | None = None) -> str:
+    """The zone a host's (or a plain file's) zone-less times were read in, and why (for the ingest
+    summary)."""
     if opts.tz is not None:
         return f"{opts.tz}, from --tz"
+    own = carry.file_zones.get(source) if source is not None else None
+    if own is not None and own.offset_us is not None:
+        return f"UTC{_offset_text(own.offset_us)}, inferred from {own.how}"
     if host in carry.host_offsets_us:
         how = carry.host_offset_how.get(host, "UTC times")
-        return f"UTC{_offset_text(carry.host_offsets_us[host])}, inferred from {how}"
+        read = f"UTC{_offset_text(carry.host_offsets_us[host])}, inferred from {how}"
+        return f"{read}; {own.how}" if own is not None else read
+    if own is not None:  # its pairs disagree: read as before, and said
+        return f"{LOCAL_TZ}, this machine's zone: {own.how}"
     return f"{LOCAL_TZ}, this machine's zone (no --tz, and no UTC time to compare with)"
 
 
@@ -1431,13 +1525,18 @@ def _source_stats(
         pl.col("_by_lines").last().alias("engine_by_lines"),
     )
     zones = {h: zone_read(h, opts, carry) for h in stats["host"].unique().to_list()}
-    stats = stats.with_columns(
-        pl.when("_zoned")
-        .then(
-            pl.col("host").replace_strict(zones, default=zone_read(None, opts, carry), return_dtype=pl.String)
-        )
-        .alias("zone")
-    )
+    zone = pl.col("host").replace_strict(zones, default=zone_read(None, opts, carry), return_dtype=pl.String)
+    if carry.file_zones and opts.tz is None:  # plain files whose own lines spoke of their zone
+        own = {
+            s: zone_read(h, opts, carry, s)
+            for s, h in stats.select("source", "host").unique().iter_rows()
+            if s in carry.file_zones
+        }
+        if own:
+            zone = pl.coalesce(
+                pl.col("source").replace_strict(own, default=None, return_dtype=pl.String), zone
+            )
+    stats = stats.with_columns(pl.when("_zoned").then(zone).alias("zone"))
     forms = (
         df.select(*STATS_KEY, "_prefix")
         .filter(pl.col("_prefix").is_not_null())

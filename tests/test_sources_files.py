@@ -483,6 +483,126 @@ def test_plain_host_and_unit_from_a_host_unit_file_name(tmp_path: Path) -> None:
         assert read(PlainFileSource(plain)).records.select("host", "unit").row(0) == ("local", unit)
 
 
+_BATCH_LINE = (
+    "Prefill batch, #new-seq: 1, #new-token: 1, #cached-token: 0, token usage: 0.00, #running-req: 0, "
+    "#queue-req: 0, #bootstrap-req: 0, #inflight-req: 0, input throughput (token/s): 0.00"
+)
+_UCX_LINE = "[{:.6f}] [b200-07:4242:0]    ucp_worker.c:1783 UCX  ERROR transport failed"
+_T0 = 1_795_946_400  # 2026-11-29 10:00:00 UTC
+
+
+def _zoned_log(lines: int, offsets_h: dict[int, float]) -> tuple[bytes, dict[int, int]]:
+    """A prefill log of a host in UTC+8: `lines` SGLang lines 2 s apart (zone-less local time, a
+    traceback after each 50th), and after line k of `offsets_h` a UCX line stamped in UTC as a host
+    in UTC+offset would stamp it, half a second later. Also the true UTC us of each SGLang line, by
+    byte offset."""
+    from datetime import UTC, datetime, timedelta
+
+    out, truth, at = [], {}, 0
+    for k in range(lines):
+        t = datetime.fromtimestamp(_T0 + 2 * k, UTC)
+        text = [f"[{t + timedelta(hours=8):%Y-%m-%d %H:%M:%S} TP0] {_BATCH_LINE}"]
+        truth[at] = (_T0 + 2 * k) * 1_000_000
+        if k % 50 == 49:
+            text += ["Traceback (most recent call last):", '  File "x.py", line 1', "RuntimeError: boom"]
+        if k in offsets_h:
+            text.append(_UCX_LINE.format(_T0 + 2 * k + 0.5 - (offsets_h[k] - 8) * 3600))
+        for line in text:
+            out.append(line.encode() + b"\n")
+            at += len(out[-1])
+    return b"".join(out), truth
+
+
+def _zone_rows(db: Path) -> pl.DataFrame:
+    """Every stored line without what depends on the run (ids; a continuation as its head's seq)."""
+    from pdforensics import store
+
+    con = store.open_db(db, read_only=True)
+    try:
+        return store.query_pl(
+            con,
+            """SELECT l.* EXCLUDE (ingest_id, line_id, cont_of), h.seq AS cont_of_seq
+               FROM lines l LEFT JOIN lines h ON h.line_id = l.cont_of ORDER BY l.seq""",
+        )
+    finally:
+        con.close()
+
+
+def test_plain_utc_stamped_lines_settle_the_zone_once_per_file(tmp_path: Path) -> None:
+    """Issue 28, item 5: a host in UTC+8 whose SGLang prefixes carry no zone; a few UCX lines near
+    the file's start are stamped in epoch seconds. They settle the offset from the file's head, once,
+    before any batch: one ingest, small batches, and an ingest resumed after the file grew (its
+    first new batch far from the UCX lines) store the same rows, at their true UTC times. --tz wins."""
+    from pdforensics.catalog import load_catalog
+    from pdforensics.ingest import ingest
+
+    text, truth = _zoned_log(3000, {10: 8, 20: 8, 30: 8})
+    cut = text.index(b"\n", len(text) * 5 // 6) + 1  # more than the 2,000 lines a resume re-reads
+    whole = tmp_path / "whole" / "b200-07-sglang-dsv4-prefill.log"
+    grown = tmp_path / "grown" / "b200-07-sglang-dsv4-prefill.log"
+    for p in (whole, grown):
+        p.parent.mkdir()
+    whole.write_bytes(text)
+    grown.write_bytes(text[:cut])
+    cat = load_catalog()
+
+    def run(db: str, path: Path, batch_size: int = 100_000, chunk: int = 16 << 20, tz: str | None = None):  # type: ignore[no-untyped-def]
+        return ingest(tmp_path / db, [PlainFileSource(path, chunk_bytes=chunk)], Selection(), cat, tz=tz,
+                      batch_size=batch_size, views=False)  # fmt: skip
+
+    one = run("one.duckdb", whole)
+    assert one.source_stats[0].zone == (
+        "UTC+08:00, inferred from its UTC-stamped lines (UCX's [epoch]) and the zone-less times beside them (6 pairs)"
+    )
+    rows = _zone_rows(tmp_path / "one.duckdb")
+    own = rows.filter(pl.col("message").str.starts_with("[2026"))
+    assert dict(zip(own["seq"], own["ts_us"], strict=True)) == truth
+    run("batches.duckdb", whole, batch_size=97, chunk=4096)
+    first = run("grown.duckdb", grown)
+    with open(grown, "ab") as f:
+        f.write(text[cut:])
+    again = run("grown.duckdb", grown, batch_size=500)
+    assert first.stored + again.stored == one.stored and again.stored < one.stored // 5
+    for db in ("batches.duckdb", "grown.duckdb"):
+        got = _zone_rows(tmp_path / db)
+        assert got.drop("source").equals(rows.drop("source")), db
+    told = run("tz.duckdb", whole, tz="UTC")
+    assert told.source_stats[0].zone == "UTC, from --tz"
+    utc = _zone_rows(tmp_path / "tz.duckdb").filter(pl.col("message").str.starts_with("[2026"))
+    assert (utc["ts_us"] - own["ts_us"]).unique().to_list() == [8 * 3600 * 1_000_000]
+
+
+def test_plain_utc_stamped_lines_that_disagree_settle_nothing_and_say_so(tmp_path: Path) -> None:
+    """Pairs that round to different offsets (+08:00 twice, +09:00 twice) are not voted on: the
+    file is read as without them (this machine's zone) and the ingest summary says why. A file
+    whose own prefixes pair UTC and zone-less times (CRI's) leaves it to them."""
+    from pdforensics.catalog import load_catalog
+    from pdforensics.ingest import ingest
+    from pdforensics.parse import LOCAL_TZ, ParseOptions, file_zone, records_of
+    from pdforensics.render import source_notes
+
+    text, _ = _zoned_log(200, {10: 8, 20: 9})
+    log = tmp_path / "b200-07-sglang-dsv4-prefill.log"
+    log.write_bytes(text)
+    cat = load_catalog()
+    summary = ingest(tmp_path / "a.duckdb", [PlainFileSource(log)], Selection(), cat, views=False)
+    zone = summary.source_stats[0].zone
+    assert zone == (
+        f"{LOCAL_TZ}, this machine's zone: its UTC-stamped lines (UCX's [epoch]) and the zone-less times "
+        "beside them disagree on its offset (+08:00 from 2 pairs, +09:00 from 2 pairs), so none was "
+        "inferred: pass --tz"
+    )
+    assert [n for n in source_notes(summary) if n.startswith(f"zone-less times read as {zone}: ")]
+    ingest(tmp_path / "local.duckdb", [PlainFileSource(log)], Selection(), cat, tz=LOCAL_TZ, views=False)
+    assert _zone_rows(tmp_path / "a.duckdb")["ts_us"].equals(_zone_rows(tmp_path / "local.duckdb")["ts_us"])
+    cri = [
+        f"2026-11-29T02:00:0{k}.000000000Z stdout F [2026-11-29 10:00:0{k} TP0] {_BATCH_LINE}"
+        for k in range(3)
+    ]
+    cri.insert(1, "2026-11-29T02:00:00.600000000Z stdout F " + _UCX_LINE.format(_T0 + 3600.5))
+    assert file_zone(records_of(cri), ParseOptions(catalog=cat)) is None  # CRI's own pairs: +08:00
+
+
 def test_plain_ignores_unit_globs(tmp_path: Path) -> None:
     path = tmp_path / "prefill.log"
     path.write_text("a\nb\n")

@@ -3,7 +3,8 @@
 One record per line, blank lines included (they separate parts of a traceback). `seq` is the
 byte offset of the line in the decompressed stream and `source_key` the file's identity (sha1 of
 its first 64 KiB), so re-reading a file, or a copy of it, stores nothing twice. `ts_us` stays
-NULL: parse takes the time from the line's own prefix, in the zone the user names.
+NULL: parse takes the time from the line's own prefix, in the zone the user names, else in the
+offset the file's own UTC-stamped lines settle (`zone`: from its head, once, before its batches).
 
 Selection: the file was named by the user, so unit globs do not filter it, and the time window
 cannot be applied before parse has read the prefixes; ingest applies it to the parsed lines.
@@ -18,6 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from pdforensics.errors import SourceError
+from pdforensics.parse import FileZone, ParseOptions, file_zone
 from pdforensics.schema import RECORD_SCHEMA
 from pdforensics.sources import FILE_MARK, RecordBatch, Selection
 from pdforensics.sources._common import (
@@ -41,6 +43,9 @@ from pdforensics.sources._common import (
 )
 
 MAX_LINE_BYTES = 1 << 20
+# What `zone` reads of a file: its first MiB (a few thousand lines, a UCX warning of the engine's
+# start among them), whole lines only. Read again by each ingest, whatever it resumes from.
+ZONE_HEAD_BYTES = 1 << 20
 MAX_BINARY_SHARE = 0.30
 # Not text: C0 controls other than tab, newlines, form feed and ESC (ANSI colour), DEL, and bytes
 # that are not UTF-8 (decoded as U+FFFD).
@@ -133,6 +138,16 @@ class PlainFileSource:
         before it are stored already and are counted, not read."""
         self.start, self.known_unread = start, known_unread
 
+    def zone(self, opts: ParseOptions) -> FileZone | None:
+        """The UTC offset the file's own head settles (parse.file_zone), found before any batch
+        is parsed and the same whichever byte a resumed ingest reads from. A file shorter than
+        ZONE_HEAD_BYTES whose first UTC-stamped line comes later is read without it until then."""
+        if opts.tz is not None:
+            return None
+        head = read_head(self.path, ZONE_HEAD_BYTES)
+        head = head[: head.rfind(b"\n") + 1]
+        return file_zone(self.chunk_records(head, 0, []).records, opts) if head else None
+
     def batches(self, selection: Selection, batch_size: int = 100_000) -> Iterator[RecordBatch]:
         def produce(stopped: Callable[[], bool]) -> Iterator[RecordBatch]:
             if self.known_unread:
@@ -163,6 +178,12 @@ class PlainFileSource:
         return in_background(produce)
 
     def _batch(self, buf: bytes, base: int, long: list[tuple[int, bytes]]) -> RecordBatch:
+        """A chunk of the file's body, read at byte `base` by `batches`."""
+        return self.chunk_records(buf, base, long)
+
+    def chunk_records(self, buf: bytes, base: int, long: list[tuple[int, bytes]]) -> RecordBatch:
+        """The records (and rejects) of `buf`, the file's bytes from `base`; `long`: the lines over
+        MAX_LINE_BYTES line_chunks cut out of it."""
         c = pl.col
         lines = split_lines(buf, base)
         # Raw length of each line (without its newline): distance to the next line's offset.
