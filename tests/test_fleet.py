@@ -301,3 +301,54 @@ def test_the_text_verdict_names_each_requests_prefill_and_decode_host(scenario_d
     for r in v.requests:
         assert r["prefill_host"] and r["decode_host"]
         assert f"  {r['prefill_host']} -> {r['decode_host']} " in rows[r["bootstrap_room"]]
+
+
+# ---- the same fleet with one prefill's journal missing (issue 26, "the universe of instances") ----
+
+MISSING = "fleet_prefill_journal_missing"
+
+
+def _missing_instance(exp: dict) -> dict:
+    return next(i for i in exp["instances"] if i.get("observed") is False)
+
+
+def _verdict_json(db: Path, **window: int) -> dict:
+    from pdforensics.verdict import compute_verdict
+
+    con = store.open_db(db, read_only=True)
+    try:
+        return compute_verdict(con, VerdictOptions(watchdog_timeout_s=60, **window)).to_json()
+    finally:
+        con.close()
+
+
+def test_a_prefill_no_journal_holds_is_an_instance_named_by_its_decodes(scenario_db) -> None:
+    """Every instance of the truth, the missing one as its address (`observed` false, named by the
+    decodes it sent to); its requests are undecided and on no other prefill's account."""
+    exp = json.loads((fixtures_dir() / MISSING / "expected.json").read_text())
+    got = _verdict_json(scenario_db("json", MISSING))
+    assert [(i["host"], i["verdict"]) for i in got["instances"]] == [
+        (i["host"], i["verdict"]) for i in exp["instances"]
+    ]
+    gone, want = _missing_instance(got), _missing_instance(exp)
+    assert gone["host"] == want["host"] == "10.0.30.15"
+    assert gone["named_by"] == want["named_by"] and len(want["named_by"]) == 4
+    theirs = {room for room, pair in exp["pairs"].items() if pair["prefill"] == "p-node-05"}
+    rows = {r["bootstrap_room"]: r for r in got["requests"]}
+    assert theirs and theirs <= set(rows)
+    assert {(rows[r]["class"], rows[r]["prefill_host"]) for r in theirs} == {("undecided", None)}
+    assert all("names has no line in the data" in rows[r]["undecided_reason"] for r in theirs)
+
+
+def test_a_window_after_the_incident_still_names_the_missing_prefill(scenario_db) -> None:
+    """From 250 s (every firing and pin is before it): the observed instances that only fired or
+    completed are calm, p-node-08 still holds its pins, and the missing instance is still there,
+    `inconclusive`: what it holds is not seen in any window."""
+    exp = json.loads((fixtures_dir() / MISSING / "expected.json").read_text())
+    since = exp["window"]["since_us"] + 250_000_000
+    got = _verdict_json(scenario_db("json", MISSING), since_us=since, until_us=exp["window"]["until_us"])
+    verdicts = {i["host"]: i["verdict"] for i in got["instances"]}
+    assert verdicts.pop("10.0.30.15") == "inconclusive"
+    assert verdicts.pop("p-node-08") == "watchdog_missed"
+    assert set(verdicts.values()) == {"nothing_stuck"} and len(verdicts) == 6
+    assert got["verdict"] == "watchdog_missed"

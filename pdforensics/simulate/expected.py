@@ -18,6 +18,9 @@ from pdforensics.simulate.model import INF, EngineCfg, Fleet, World
 # An open request must be this far from the timeout on either side (seconds).
 MARGIN_S = 15.0
 
+# the verdict's grace after the timeout (VerdictOptions.grace_s)
+GRACE_S = 10.0
+
 ABORTS_P = ["boot_abort", "wait_abort", "inflight_abort"]
 ABORTS_D = ["handshake_abort", "transfer_abort", "running_abort"]
 
@@ -133,11 +136,12 @@ def _open_at(k: float) -> pl.Expr:
     return pl.col("to_p") & (pl.col("p_recv") <= k) & ((pl.col("p_out") == "none") | (pl.col("p_rel") > k))
 
 
-def classify(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> pl.DataFrame:
+def classify(w: World, sc, pre: EngineCfg, dec: EngineCfg, fleet: Fleet | None = None) -> pl.DataFrame:
     """Every non-health-check request with its class, flags and visibility.
 
     With ``sc.ingests_s`` the verdict judges the last ingest's window: a request is listed when a
-    line in that window names it.
+    line in that window names it. In a fleet, a prefill no input holds a line of (``_missing_prefills``)
+    is judged as `_unobserved_holders` says.
     """
     end = sc.duration_s
     lo = sc.ingests_s[-1][0] if sc.ingests_s else 0.0
@@ -154,12 +158,73 @@ def classify(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> pl.DataFrame:
     df = w.table.filter(~pl.col("hc")).with_columns(
         cls, near, vis_p=vis_p, vis_d=vis_d, rid_p=rid_p, rid_d=rid_d, abort_race=race, across_restart=across
     )
+    df = df.with_columns(
+        pl.when(_prefill_side_lost(w, pre, end, sc.watchdog_timeout_s))
+        .then(pl.lit("undecided"))
+        .otherwise(pl.col("class"))
+        .alias("class")
+    )
+    if missing := _missing_prefills(w, fleet):
+        df = _unobserved_holders(df, missing, _decode_restarts(fleet))
     bad = df.filter(
         pl.col("near_timeout") & ~pl.col("class").is_in(["silent_pin", "watchdog_fired", "undecided"])
     )
     if bad.height:
         raise AmbiguousScenario(f"{sc.name}: {bad.height} request(s) open on prefill close to the timeout")
     return df.sort("t_arr")
+
+
+def _prefill_side_lost(w: World, pre: EngineCfg, end: float, timeout: float) -> pl.Expr:
+    """The decode names it, no prefill line does, and the prefill's lines were lost from when it
+    received it to the window end, a timeout + grace after: its prefill Receive: and end may both
+    be in the hole, so the decode's Finish: says nothing of the prefill's hold (design.md, "Held").
+    A younger one is not judged yet."""
+    lost = pl.lit(False)
+    for h in w.holes:
+        if h.host is pre.host and h.unit == pre.unit and h.t1 >= end:
+            lost = lost | ((pl.col("p_recv") >= h.t0) & (pl.col("p_recv") < h.t1))
+    judged = pl.col("p_recv") + timeout + GRACE_S <= end
+    return pl.col("to_p") & ~pl.col("vis_p") & pl.col("vis_d") & lost & judged
+
+
+def _unobserved_holders(
+    df: pl.DataFrame, missing: frozenset[int], restarts: list[tuple[int, float]]
+) -> pl.DataFrame:
+    """A request of a prefill whose lines no input holds: only its decode side is seen, and what
+    that prefill did with it (released, held, fired) is not: `undecided`, whatever happened
+    (design.md, "Exists": nothing is attributed to an instance, or away from one, by elimination).
+    Its life is open to the window end, so a restart of its decode after it arrived there (up to
+    the new process being ready) is one it lived across."""
+    gone = pl.col("pe").is_in(sorted(missing))
+    across = pl.lit(False)
+    for de, up in restarts:
+        across = across | ((pl.col("de") == de) & (pl.col("d_recv") <= up))
+    return df.with_columns(
+        across_restart=pl.when(gone).then(across).otherwise(pl.col("across_restart")),
+        vis_p=pl.col("vis_p") & ~gone,
+        rid_p=pl.col("rid_p") & ~gone,
+        near_timeout=pl.col("near_timeout") & ~gone,
+        **{"class": pl.when(gone).then(pl.lit("undecided")).otherwise(pl.col("class"))},
+    )
+
+
+def _missing_prefills(w: World, fleet: Fleet | None) -> frozenset[int]:
+    """Fleet prefills whose unit a silent hole covers from before the start to after the end: a
+    journal the collection lacks."""
+    if fleet is None:
+        return frozenset()
+    return frozenset(
+        i for i, eng in enumerate(fleet.pres)
+        if any(h.silent and h.host is eng.host and h.unit == eng.unit and h.t0 <= -1e7 and h.t1 >= 1e8
+               for h in w.holes)
+    )  # fmt: skip
+
+
+def _decode_restarts(fleet: Fleet | None) -> list[tuple[int, float]]:
+    """(decode instance, when its new process was ready) for each fleet decode that restarted."""
+    if fleet is None:
+        return []
+    return [(j, p.t_ready) for j, procs in enumerate(fleet.dprocs) for p in procs[1:]]
 
 
 def _offset(minutes: int) -> str:
@@ -172,9 +237,11 @@ def _never_seen(w: World, eng: EngineCfg, lo: float, end: float) -> bool:
     return any(h.host is eng.host and h.unit == eng.unit and h.t0 <= lo and h.t1 >= end for h in w.holes)
 
 
-def _listed(w: World, sc, pre: EngineCfg, dec: EngineCfg) -> tuple[pl.DataFrame, int]:
+def _listed(
+    w: World, sc, pre: EngineCfg, dec: EngineCfg, fleet: Fleet | None = None
+) -> tuple[pl.DataFrame, int]:
     """The requests some line names (expected.json's rows) and the anonymous pins."""
-    df = classify(w, sc, pre, dec)
+    df = classify(w, sc, pre, dec, fleet)
     listed = _by_room(df.filter(pl.col("vis_p") | pl.col("vis_d")))
     # a pin no judged line names, still held in the judged window (one that died before it is not)
     lo = sc.ingests_s[-1][0] if sc.ingests_s else 0.0
@@ -247,9 +314,10 @@ def build_expected(
     w: World, sc, pre: EngineCfg, dec: EngineCfg, window: tuple[int, int], fleet: Fleet | None = None
 ) -> str:
     """The expected.json text (one request per line, so 10M-line incidents stay fast)."""
+    missing = _missing_prefills(w, fleet)
     if fleet is not None:
-        _check_fleet(w, sc, fleet, pre, dec)
-    rows, anonymous = _listed(w, sc, pre, dec)
+        _check_fleet(w, sc, fleet, pre, dec, missing)
+    rows, anonymous = _listed(w, sc, pre, dec, fleet)
     head = {
         "scenario": sc.name,
         "description": sc.description,
@@ -259,7 +327,8 @@ def build_expected(
         "verdict": sc.verdict,
         "reasons_contain": list(sc.reasons_contain)
         + (
-            rows.filter(pl.col("class") == "undecided")["bootstrap_room"].to_list()
+            # the first five by arrival: a reason lists five rooms and counts the rest
+            rows.filter(pl.col("class") == "undecided")["bootstrap_room"].to_list()[:5]
             if sc.name_undecided
             else []
         ),
@@ -291,7 +360,7 @@ def build_expected(
     check_consistency(sc.name, sc.verdict, head["reasons_contain"], set(rows["class"].unique()), anonymous)
     pairs = ""
     if fleet is not None:
-        head["instances"], pairs = _fleet_truth(w, sc, fleet, pre, dec, rows)
+        head["instances"], pairs = _fleet_truth(w, sc, fleet, pre, dec, rows, missing)
     buf = io.BytesIO()
     rows.write_ndjson(buf)
     body = buf.getvalue().decode().strip().replace("\n", ",\n  ")
@@ -340,16 +409,20 @@ COUNT_KEYS = (
 )  # fmt: skip
 
 
-def _check_fleet(w: World, sc, fleet: Fleet, pre: EngineCfg, dec: EngineCfg) -> None:
+def _check_fleet(w: World, sc, fleet: Fleet, pre: EngineCfg, dec: EngineCfg, missing: frozenset[int]) -> None:
     """The fleet's ground truth classifies with one prefill's and one decode's visibility rules and
     derives each instance's verdict from its classes alone: true only when every instance logs alike
-    (the same request log, no hole) and no prefill dies or restarts (that would be `inconclusive`)."""
+    (the same request log, no hole but a prefill's whole journal missing) and no prefill dies or
+    restarts (that would be `inconclusive`)."""
     same = ("log_requests", "time_stats", "log_requests_until")
     for eng in (*fleet.pres, *fleet.decs):
         ref = pre if eng.role == "prefill" else dec
         if any(getattr(eng, a) != getattr(ref, a) for a in same):
             raise AmbiguousScenario(f"{sc.name}: {eng.host.name} logs unlike its peers")
-    if w.holes or any(role == "prefill" for role, _ in w.restarts):
+    whole = {(fleet.pres[i].host.name, fleet.pres[i].unit) for i in missing}
+    if any((h.host.name, h.unit) not in whole for h in w.holes) or any(
+        role == "prefill" for role, _ in w.restarts
+    ):
         raise AmbiguousScenario(f"{sc.name}: a hole or a prefill end: per-instance verdicts need more rules")
 
 
@@ -363,18 +436,36 @@ def instance_verdict(classes: dict[str, int]) -> str:
     return "watchdog_fired" if classes.get("watchdog_fired", 0) else "nothing_stuck"
 
 
+def _unobserved_instance(eng: EngineCfg, mine: pl.DataFrame, dec_host: list[str]) -> dict:
+    """A prefill no input holds a line of: the decodes its requests went to name its address."""
+    decodes = sorted({dec_host[d] for d in mine.filter(pl.col("vis_d"))["de"].to_list()})
+    return {
+        "host": eng.host.ip,
+        "engine": "prefill",
+        "verdict": "inconclusive",
+        "observed": False,
+        "named_by": [f"decode {d} (bootstrap_host=)" for d in decodes],
+        "watchdog": {"deployed": None, "timeout_s": None},
+        "counts": {},
+    }
+
+
 def _fleet_truth(
-    w: World, sc, fleet: Fleet, pre: EngineCfg, dec: EngineCfg, rows: pl.DataFrame
+    w: World, sc, fleet: Fleet, pre: EngineCfg, dec: EngineCfg, rows: pl.DataFrame, missing: frozenset[int]
 ) -> tuple[list, str]:
     """``instances`` (one object per prefill host, worst first, then host) and the ``pairs`` text:
-    every listed room's true prefill and decode host, from the router's choice in the model."""
-    df = classify(w, sc, pre, dec)
+    every listed room's true prefill and decode host, from the router's choice in the model. A
+    missing prefill is the instance its address names, judged on nothing of its own."""
+    df = classify(w, sc, pre, dec, fleet)
     listed = df.filter(pl.col("vis_p") | pl.col("vis_d"))
     anon = df.filter(~(pl.col("vis_p") | pl.col("vis_d")) & (pl.col("class") == "silent_pin"))
     pre_host = [e.host.name for e in fleet.pres]
     dec_host = [e.host.name for e in fleet.decs]
     instances = []
     for i, eng in enumerate(fleet.pres):
+        if i in missing:
+            instances.append(_unobserved_instance(eng, listed.filter(pl.col("pe") == i), dec_host))
+            continue
         mine = listed.filter(pl.col("pe") == i)["class"].value_counts().iter_rows()
         counts = dict.fromkeys(COUNT_KEYS, 0) | dict(mine)
         counts["anonymous_pins"] = anon.filter(pl.col("pe") == i).height

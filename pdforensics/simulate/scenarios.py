@@ -59,7 +59,7 @@ class Scenario:
     # verdict of each window; the database's verdict without window options is the last one's.
     ingests_s: tuple[tuple[float, float], ...] = ()
     ingest_verdicts: tuple[str, ...] = ()
-    name_undecided: bool = False  # the reasons must name every `undecided` room (reasons_contain)
+    name_undecided: bool = False  # the reasons name the `undecided` rooms (the first five by arrival)
     recovery: str | None = None  # watchdog.recovery the verdict must give (expected.json `recovery`)
     # per-request keys the verdict's row must hold: (class, key, value) for every listed room of that class
     details: tuple[tuple[str, str, object], ...] = ()
@@ -1387,6 +1387,35 @@ SCENARIOS["fleet_16_hosts"] = Scenario(
     "window end (`silent_pin`); one long generation from p-node-02 is still decoding at the kill (`lost`). "
     "p-node-01, 04, 06 and 07 never send to d-node-03: `nothing_stuck`. Both legs of every request carry "
     "`bootstrap_host=` its prefill's address.",
+)
+
+FLEET_MISSING = 4  # p-node-05: the stock prefill holding two of the pins; its journal is not collected
+
+
+def build_fleet_prefill_journal_missing(w: World) -> Built:
+    built = build_fleet_16_hosts(w)
+    assert built.fleet is not None
+    gone = built.fleet.pres[FLEET_MISSING]
+    w.holes.append(Hole(gone.host, gone.unit, float("-inf"), float("inf"), silent=True))
+    return built
+
+
+SCENARIOS["fleet_prefill_journal_missing"] = Scenario(
+    "fleet_prefill_journal_missing",
+    "The fleet of `fleet_16_hosts` collected without p-node-05's journal (its journal-remote upload "
+    "failed): the decodes it sends to name its address (bootstrap_host=10.0.30.15) and finish most of "
+    "its requests, two of which it holds to the window end after the decode-only restart.",
+    build_fleet_prefill_journal_missing,
+    verdict="watchdog_missed",
+    evidence_level="L1",
+    watchdog_timeout_s=60,
+    watchdog_deployed=True,
+    verdict_options={"watchdog_timeout_s": 60},
+    notes='The universe of instances (design.md, "Exists"): 10.0.30.15 is an instance some lines name and '
+    "none of whose lines were read: it is listed `inconclusive` (`observed` false, named by its four "
+    "decodes), every request its decodes name is `undecided` (finished by the decode or not: the prefill's "
+    "hold is not seen), and none is attributed to another prefill. The window's verdict is p-node-08's "
+    "`watchdog_missed`; it could never be `nothing_stuck`.",
 )
 
 __all__ = ["SCENARIOS", "Built", "Event", "Scenario"]

@@ -84,6 +84,19 @@ prefill_logs AS MATERIALIZED (
         (SELECT max(p_last) FROM room_rows) AS logging_to
     FROM (SELECT unnest(engine_coverage, recursive := true) FROM c) WHERE engine = 'prefill'
 ),
+-- rooms a decode line names with the address of a prefill whose lines are absent (context's
+-- unobserved_prefills): the decode's Finish: says nothing of that prefill's hold
+uncollected AS MATERIALIZED (
+    SELECT DISTINCT e.bootstrap_room FROM events AS e
+    WHERE e.engine = 'decode' AND e.bootstrap_host IN (SELECT address FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c))
+),
+-- rooms the decode received while a prefill's lines were lost (suppressed, unparsable, silent
+-- while traffic flowed; not a stop): their prefill Receive: may be among them
+in_lost_lines AS MATERIALIZED (
+    SELECT DISTINCT r.bootstrap_room FROM room_rows AS r
+    JOIN holes AS x ON x.engine = 'prefill' AND x.kind <> 'engine_down' AND r.d_recv BETWEEN x.from_t AND x.to_t
+    WHERE r.p_first IS NULL
+),
 -- a projection of the materialised rows, inlined where it is read
 rs AS NOT MATERIALIZED (
     SELECT * EXCLUDE (unnamed) REPLACE (
@@ -91,9 +104,16 @@ rs AS NOT MATERIALIZED (
         coalesce(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start)
     FROM (
         SELECT r.*,
-            coalesce(r.p_first IS NULL AND r.d_recv IS NOT NULL AND l.l1
-                AND (NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to), false) AS unnamed
-        FROM room_rows AS r, prefill_logs AS l
+            coalesce(r.p_first IS NULL AND r.d_recv IS NOT NULL
+                AND ((l.l1 AND (NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+                                -- or its Receive: fell where prefill lines were lost
+                                OR ll.bootstrap_room IS NOT NULL))
+                     -- its Receive: names a prefill none of whose lines were read
+                     OR un.bootstrap_room IS NOT NULL), false) AS unnamed
+        FROM room_rows AS r
+        CROSS JOIN prefill_logs AS l
+        LEFT JOIN uncollected AS un ON un.bootstrap_room = r.bootstrap_room
+        LEFT JOIN in_lost_lines AS ll ON ll.bootstrap_room = r.bootstrap_room
     )
 ),
 
@@ -214,7 +234,9 @@ po AS MATERIALIZED (
         t.gone_t AS p_gone_t, hb.hole_ids,
         CASE
             -- no prefill line in the window, or several prefill hosts and no line says which holds it
-            WHEN t.n_prefill_hosts = 0 OR t.host IS NULL THEN 'no_prefill'
+            -- (past its deadline: a younger one is `young`, whoever holds it)
+            WHEN (t.n_prefill_hosts = 0 OR t.host IS NULL)
+                 AND NOT coalesce(t.pin_start + t.stuck_us > t.obs_end, false) THEN 'no_prefill'
             WHEN t.pin_start IS NOT NULL AND t.gone_t IS NOT NULL AND t.pin_start + t.stuck_us > t.gone_t THEN 'gone'
             WHEN t.pin_start IS NULL AND t.gone_t IS NOT NULL AND t.open_start + t.stuck_us > t.gone_t THEN 'gone'
             -- the moment its deadline passed is in a hole: whatever a later gauge shows, its end
@@ -273,16 +295,11 @@ across AS (
       ON x.engine <> coalesce(l.holder_at_end, '')
      AND ((x.engine = 'prefill' AND x.host = coalesce(l.p_host, l.p_host_eff, x.host))
        OR (x.engine = 'decode' AND x.host = coalesce(l.d_host, x.host)))
-     AND x.stop_t <= l.life_end AND coalesce(x.up_t, (SELECT end_t FROM c)) >= l.life_start
+     -- alive after the old process's last line: one the draining engine finished did not live across
+     AND coalesce(x.gone_t, x.stop_t) < l.life_end AND coalesce(x.up_t, (SELECT end_t FROM c)) >= l.life_start
     WHERE NOT (x.engine = 'prefill' AND l.p_gone_t IS NOT NULL AND l.status = 'gone')
       AND NOT (x.engine = 'decode' AND l.d_gone_t IS NOT NULL)
     GROUP BY l.bootstrap_room, l.holder
-),
--- rooms a decode line names with the address of a prefill whose lines are absent (context's
--- unobserved_prefills): the decode's Finish: says nothing of that prefill's hold
-uncollected AS MATERIALIZED (
-    SELECT DISTINCT e.bootstrap_room FROM events AS e
-    WHERE e.engine = 'decode' AND e.bootstrap_host IN (SELECT address FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c))
 ),
 classed AS (
     SELECT r.*,
@@ -356,7 +373,7 @@ SELECT
         WHEN p_recv_open IS NOT NULL
             THEN (coalesce(p_end, greatest(open_until, p_recv_open)) - p_recv_open) / 1e6
         -- from the decode's handshake only while a known prefill may hold it: otherwise it is made up
-        WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill'
+        WHEN prefill_may_hold AND pin_start IS NOT NULL AND coalesce(p_host, p_host_eff) IS NOT NULL
             THEN (greatest(open_until, pin_start) - pin_start) / 1e6
     END AS dwell_s,
     CASE
@@ -364,7 +381,7 @@ SELECT
         WHEN status = 'released' THEN NULL
         WHEN p_inflight_entry IS NOT NULL THEN 'time stats (inflight entry)'
         WHEN p_recv_open IS NOT NULL THEN 'prefill Receive (upper bound)'
-        WHEN prefill_may_hold AND pin_start IS NOT NULL AND status <> 'no_prefill' THEN 'decode handshake done (lower bound)'
+        WHEN prefill_may_hold AND pin_start IS NOT NULL AND coalesce(p_host, p_host_eff) IS NOT NULL THEN 'decode handshake done (lower bound)'
     END AS dwell_basis,
     evidence_level,
     -- the prefill may still hold it: stuck (a silent pin), or not decided either way
@@ -372,12 +389,15 @@ SELECT
     CASE
         WHEN status = 'hidden' THEN 'a hole on its prefill overlaps its watchdog deadline'
         WHEN status = 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
+        -- its Receive: names a prefill whose lines are absent (an unobserved instance)
+        WHEN class = 'undecided' AND prefill_uncollected AND d_completed
+            THEN 'the decode finished it, but the prefill its Receive: names has no line in the data: whether that prefill released it is not seen'
+        WHEN class = 'undecided' AND prefill_uncollected
+            THEN 'the prefill its Receive: names has no line in the data: whether that prefill holds it still is not seen'
         WHEN status = 'no_prefill' THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
         WHEN status = 'unnamed' THEN 'the decode finished it, but no prefill line names it although the prefill logged its requests then: its prefill lines are missing, and no later sample shows the prefill''s queues empty'
         WHEN class = 'undecided' AND d_unpaired
             THEN 'another prefill logged this room as its own request too, and no decode line says which of them it served (its Receive: names an address both answer to, or none): which decode side is this one''s, and whether it finished, is not known'
-        WHEN class = 'undecided' AND prefill_uncollected
-            THEN 'the decode finished it, but the prefill its Receive: names has no line in the data: whether that prefill released it is not seen'
         WHEN class = 'undecided' AND d_completed THEN 'the decode finished it, but no prefill line in the window shows whether the prefill released it'
         WHEN class = 'undecided' THEN 'the prefill handed it off, but no decode line in the window shows whether the decode received and finished it'
     END AS undecided_reason,

@@ -615,7 +615,8 @@ reasons AS MATERIALIZED (
           FROM coverage WHERE NOT decisive AND kind NOT IN ('short_window', 'engine_down'))
     WHERE n_kind <= 3 OR k_kind = 1
     UNION ALL
-    SELECT 31, 'undecided',
+    -- before any hole: with no prefill line at all, a prefill hole is this, seen from the decode
+    SELECT 29, 'undecided',
         'the prefill inflight queue was never observed: no prefill line in the window'
         || CASE WHEN c.decode_logged THEN ' (only the decode''s lines: export or collect the prefill''s too)' ELSE '' END
         || coalesce(format('; {} request(s) the decode finished are undecided (whether the prefill released each is not seen): {}', fin.n, fin.rooms), '')
@@ -624,7 +625,7 @@ reasons AS MATERIALIZED (
         (SELECT string_agg(format('{} ({} line(s))', address, n), ', ' ORDER BY address) AS named
          FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c)) AS up
     LEFT JOIN (SELECT count(*) AS n, array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END AS rooms
-               FROM rq WHERE class = 'undecided' AND prefill_status IS NULL
+               FROM rq WHERE class = 'undecided' AND decode_end_t IS NOT NULL
                HAVING count(*) > 0) AS fin ON true
     WHERE array_length(c.prefill_hosts) = 0 AND wl.n > 0
     UNION ALL

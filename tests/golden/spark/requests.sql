@@ -68,6 +68,33 @@ FROM (
 WHERE
   engine = 'prefill';
 
+CREATE OR REPLACE TEMPORARY VIEW requests__uncollected AS
+SELECT DISTINCT
+  e.bootstrap_room
+FROM events AS e
+WHERE
+  e.engine = 'decode'
+  AND e.bootstrap_host IN (
+    SELECT
+      address
+    FROM (
+      SELECT
+        INLINE(unobserved_prefills)
+      FROM requests__c AS c
+    )
+  );
+
+CREATE OR REPLACE TEMPORARY VIEW requests__in_lost_lines AS
+SELECT DISTINCT
+  r.bootstrap_room
+FROM requests__room_rows AS r
+JOIN requests__holes AS x
+  ON x.engine = 'prefill'
+  AND x.kind <> 'engine_down'
+  AND r.d_recv BETWEEN x.from_t AND x.to_t
+WHERE
+  r.p_first IS NULL;
+
 CREATE OR REPLACE TEMPORARY VIEW requests__held_by_prefill AS
 WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
   SELECT
@@ -147,13 +174,25 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
       COALESCE(
         r.p_first IS NULL
         AND NOT r.d_recv IS NULL
-        AND l.l1
         AND (
-          NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+          (
+            l.l1
+            AND (
+              NOT r.d_completed
+              OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+              OR /* or its Receive: fell where prefill lines were lost */ NOT ll.bootstrap_room IS NULL
+            )
+          )
+          OR /* its Receive: names a prefill none of whose lines were read */ NOT un.bootstrap_room IS NULL
         ),
         FALSE
       ) AS unnamed
-    FROM requests__room_rows AS r, requests__prefill_logs AS l
+    FROM requests__room_rows AS r
+    CROSS JOIN requests__prefill_logs AS l
+    LEFT JOIN requests__uncollected AS un
+      ON un.bootstrap_room = r.bootstrap_room
+    LEFT JOIN requests__in_lost_lines AS ll
+      ON ll.bootstrap_room = r.bootstrap_room
   )
 )
 SELECT
@@ -354,7 +393,10 @@ SELECT
   t.gone_t AS p_gone_t,
   hb.hole_ids,
   CASE
-    WHEN t.n_prefill_hosts = 0 OR t.host IS NULL
+    WHEN (
+      t.n_prefill_hosts = 0 OR t.host IS NULL
+    )
+    AND NOT COALESCE(t.pin_start + t.stuck_us > t.obs_end, FALSE)
     THEN 'no_prefill'
     WHEN NOT t.pin_start IS NULL
     AND NOT t.gone_t IS NULL
@@ -462,13 +504,25 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
       COALESCE(
         r.p_first IS NULL
         AND NOT r.d_recv IS NULL
-        AND l.l1
         AND (
-          NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+          (
+            l.l1
+            AND (
+              NOT r.d_completed
+              OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+              OR /* or its Receive: fell where prefill lines were lost */ NOT ll.bootstrap_room IS NULL
+            )
+          )
+          OR /* its Receive: names a prefill none of whose lines were read */ NOT un.bootstrap_room IS NULL
         ),
         FALSE
       ) AS unnamed
-    FROM requests__room_rows AS r, requests__prefill_logs AS l
+    FROM requests__room_rows AS r
+    CROSS JOIN requests__prefill_logs AS l
+    LEFT JOIN requests__uncollected AS un
+      ON un.bootstrap_room = r.bootstrap_room
+    LEFT JOIN requests__in_lost_lines AS ll
+      ON ll.bootstrap_room = r.bootstrap_room
   )
 )
 /* decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended */
@@ -496,22 +550,6 @@ WHERE
 GROUP BY
   b.bootstrap_room,
   b.holder;
-
-CREATE OR REPLACE TEMPORARY VIEW requests__uncollected AS
-SELECT DISTINCT
-  e.bootstrap_room
-FROM events AS e
-WHERE
-  e.engine = 'decode'
-  AND e.bootstrap_host IN (
-    SELECT
-      address
-    FROM (
-      SELECT
-        INLINE(unobserved_prefills)
-      FROM requests__c AS c
-    )
-  );
 
 CREATE OR REPLACE TEMPORARY VIEW requests AS
 WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
@@ -592,13 +630,25 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
       COALESCE(
         r.p_first IS NULL
         AND NOT r.d_recv IS NULL
-        AND l.l1
         AND (
-          NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+          (
+            l.l1
+            AND (
+              NOT r.d_completed
+              OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+              OR /* or its Receive: fell where prefill lines were lost */ NOT ll.bootstrap_room IS NULL
+            )
+          )
+          OR /* its Receive: names a prefill none of whose lines were read */ NOT un.bootstrap_room IS NULL
         ),
         FALSE
       ) AS unnamed
-    FROM requests__room_rows AS r, requests__prefill_logs AS l
+    FROM requests__room_rows AS r
+    CROSS JOIN requests__prefill_logs AS l
+    LEFT JOIN requests__uncollected AS un
+      ON un.bootstrap_room = r.bootstrap_room
+    LEFT JOIN requests__in_lost_lines AS ll
+      ON ll.bootstrap_room = r.bootstrap_room
   )
 ), held /* Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined */ /* (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row. */ AS (
   SELECT
@@ -663,7 +713,7 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
         x.engine = 'decode' AND x.host = COALESCE(l.d_host, x.host)
       )
     )
-    AND x.stop_t <= l.life_end
+    AND /* alive after the old process's last line: one the draining engine finished did not live across */ COALESCE(x.gone_t, x.stop_t) < l.life_end
     AND COALESCE(x.up_t, (
       SELECT
         end_t
@@ -773,7 +823,9 @@ SELECT
     THEN (
       COALESCE(p_end, GREATEST(open_until, p_recv_open)) - p_recv_open
     ) / 1e6
-    WHEN prefill_may_hold AND NOT pin_start IS NULL AND status <> 'no_prefill'
+    WHEN prefill_may_hold
+    AND NOT pin_start IS NULL
+    AND NOT COALESCE(p_host, p_host_eff) IS NULL
     THEN (
       GREATEST(open_until, pin_start) - pin_start
     ) / 1e6
@@ -787,7 +839,9 @@ SELECT
     THEN 'time stats (inflight entry)'
     WHEN NOT p_recv_open IS NULL
     THEN 'prefill Receive (upper bound)'
-    WHEN prefill_may_hold AND NOT pin_start IS NULL AND status <> 'no_prefill'
+    WHEN prefill_may_hold
+    AND NOT pin_start IS NULL
+    AND NOT COALESCE(p_host, p_host_eff) IS NULL
     THEN 'decode handshake done (lower bound)'
   END AS dwell_basis,
   evidence_level,
@@ -801,14 +855,16 @@ SELECT
     THEN 'a hole on its prefill overlaps its watchdog deadline'
     WHEN status = 'waiting_queue'
     THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
+    WHEN class = 'undecided' AND prefill_uncollected AND d_completed
+    THEN 'the decode finished it, but the prefill its Receive: names has no line in the data: whether that prefill released it is not seen'
+    WHEN class = 'undecided' AND prefill_uncollected
+    THEN 'the prefill its Receive: names has no line in the data: whether that prefill holds it still is not seen'
     WHEN status = 'no_prefill'
     THEN 'the decode says the prefill held it, but no prefill line shows which prefill, or whether it still does'
     WHEN status = 'unnamed'
     THEN 'the decode finished it, but no prefill line names it although the prefill logged its requests then: its prefill lines are missing, and no later sample shows the prefill\'s queues empty'
     WHEN class = 'undecided' AND d_unpaired
     THEN 'another prefill logged this room as its own request too, and no decode line says which of them it served (its Receive: names an address both answer to, or none): which decode side is this one\'s, and whether it finished, is not known'
-    WHEN class = 'undecided' AND prefill_uncollected
-    THEN 'the decode finished it, but the prefill its Receive: names has no line in the data: whether that prefill released it is not seen'
     WHEN class = 'undecided' AND d_completed
     THEN 'the decode finished it, but no prefill line in the window shows whether the prefill released it'
     WHEN class = 'undecided'

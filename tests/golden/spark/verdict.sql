@@ -1701,8 +1701,9 @@ FROM (
 WHERE
   n_kind <= 3 OR k_kind = 1
 UNION ALL
+/* before any hole: with no prefill line at all, a prefill hole is this, seen from the decode */
 SELECT
-  31,
+  29,
   'undecided',
   'the prefill inflight queue was never observed: no prefill line in the window' || CASE
     WHEN c.decode_logged
@@ -1779,7 +1780,7 @@ LEFT JOIN (
     ) || CASE WHEN COUNT(*) > 5 THEN ', ...' ELSE '' END AS rooms
   FROM verdict__rq AS rq
   WHERE
-    class = 'undecided' AND prefill_status IS NULL
+    class = 'undecided' AND NOT decode_end_t IS NULL
   HAVING
     COUNT(*) > 0
 ) AS fin
