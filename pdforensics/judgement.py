@@ -12,7 +12,8 @@ The key is `<state>-<judged>`, so a stale entry cannot be found (keyed, not time
 
 * `state`: the database as this connection sees it -- the file's and its WAL's identity (device,
   inode, size, mtime, ctime) and a digest of what every write by pdforensics changes (the
-  `ingests` and `meta` rows, the line, event, reject and source-stats counts, the last line id);
+  `ingests` and `meta` rows, the line, event, reject, source-stats and metric-sample counts, the
+  last line id);
 * `judged`: what the rows were computed by and with -- the view files, this module, `verdict.py`
   and `fleet.py`, DuckDB's version, `FORMAT`, and every session variable set on the connection
   (the verdict options, the window, a query's own leading `SET VARIABLE`s) and the time zone.
@@ -59,7 +60,16 @@ KEEP = 48
 _STALE_TMP_S = 600.0  # a temporary file this old belongs to a writer that died
 # Tables that, shadowed by temporary ones, scope a connection to something else than the file
 # (fleet.instance_scope): such a connection is never judged through the cache.
-_BASE_TABLES = ("lines", "events", "meta", "ingests", "rooms", "line_seconds", "event_seconds")
+_BASE_TABLES = (
+    "lines",
+    "events",
+    "meta",
+    "ingests",
+    "rooms",
+    "line_seconds",
+    "event_seconds",
+    "metric_samples",
+)
 # Files whose code decides what the cached rows are (beside the views).
 _CODE = ("judgement.py", "verdict.py", "fleet.py")
 
@@ -181,7 +191,7 @@ def _content_sql(catalog: str) -> str:
     return f"""SELECT
         (SELECT count(*) FROM {c}.lines), (SELECT max(line_id) FROM {c}.lines),
         (SELECT count(*) FROM {c}.events), (SELECT count(*) FROM {c}.rejects),
-        (SELECT count(*) FROM {c}.source_stats),
+        (SELECT count(*) FROM {c}.source_stats), (SELECT count(*) FROM {c}.metric_samples),
         (SELECT md5(coalesce(string_agg(i::VARCHAR, '|' ORDER BY i.ingest_id), '')) FROM {c}.ingests AS i),
         (SELECT md5(coalesce(string_agg(m.key || '=' || coalesce(m.value, ''), '|' ORDER BY m.key), ''))
          FROM {c}.meta AS m)"""

@@ -763,6 +763,18 @@ reasons AS MATERIALIZED (
           FROM source_stats GROUP BY ALL)
     WHERE lines >= 10 AND no_time * 2 > lines
     UNION ALL
+    SELECT 39, 'undecided',
+        format('the metrics show {} holding at least {} request(s) in its inflight queue from {} to {} ({} scrape(s), every {:.0f} s), {:.0f} s of it from {} with no line of its own showing that queue: SGLang sets that gauge only with a batch line, or every 30 s while fully idle, so a request held there (or a queue that kept its scheduler busy) cannot be told from the last batch''s count, and its lines do not say it left; nothing may be called healthy (docs/prometheus.md)',
+            CASE WHEN host = '' THEN 'the prefill' ELSE host END, at_least, pdf_ts(from_t), pdf_ts(to_t), scrapes,
+            interval_us / 1e6, quiet_us / 1e6, pdf_ts(quiet_from))
+    FROM metric_quiet_holds
+    UNION ALL
+    SELECT 46, 'evidence',
+        format('metrics beside the logs: {} scrape(s) of the inflight gauge of {} (every {:.0f} s, the resolution of what they show; docs/prometheus.md)',
+            count(*), string_agg(DISTINCT CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', '), median(step_us) / 1e6)
+    FROM metric_inflight
+    HAVING count(*) > 0
+    UNION ALL
     SELECT 45, 'evidence',
         format('the logging changed at run time on {} ({}): the evidence level is not the same through the window, and requests the request log did not name show only in the gauge',
             CASE WHEN lc.host = '' THEN 'the prefill' ELSE lc.host END,
@@ -803,7 +815,7 @@ flags AS (
         (SELECT count(*) FROM coverage WHERE decisive) AS decisive_holes,
         -- undecided requests, and what leaves the window unobserved
         -- a queue the watchdog does not watch, frozen: something is stuck, but not the watchdog's to release
-        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (13, 31, 33, 34, 36, 37, 38)) AS undecided_facts
+        counts.undecided + (SELECT count(*) FROM reasons WHERE ord IN (13, 29, 31, 33, 34, 36, 37, 38, 39)) AS undecided_facts
     FROM counts
 ),
 vd AS MATERIALIZED (

@@ -2521,6 +2521,52 @@ WHERE
   lines >= 10 AND no_time * 2 > lines
 UNION ALL
 SELECT
+  39,
+  'undecided',
+  CONCAT(
+    'the metrics show ',
+    CAST(CASE WHEN host = '' THEN 'the prefill' ELSE host END AS STRING),
+    ' holding at least ',
+    CAST(at_least AS STRING),
+    ' request(s) in its inflight queue from ',
+    CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
+      from_t
+    ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+    ' to ',
+    CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
+      to_t
+    ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+    ' (',
+    CAST(scrapes AS STRING),
+    ' scrape(s), every ',
+    FORMAT_STRING('%.0f', BROUND(interval_us / 1e6, 0)),
+    ' s), ',
+    FORMAT_STRING('%.0f', BROUND(quiet_us / 1e6, 0)),
+    ' s of it from ',
+    CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
+      quiet_from
+    ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+    ' with no line of its own showing that queue: SGLang sets that gauge only with a batch line, or every 30 s while fully idle, so a request held there (or a queue that kept its scheduler busy) cannot be told from the last batch\'s count, and its lines do not say it left; nothing may be called healthy (docs/prometheus.md)'
+  )
+FROM metric_quiet_holds
+UNION ALL
+SELECT
+  46,
+  'evidence',
+  CONCAT(
+    'metrics beside the logs: ',
+    CAST(COUNT(*) AS STRING),
+    ' scrape(s) of the inflight gauge of ',
+    CAST(LISTAGG(DISTINCT CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', ') AS STRING),
+    ' (every ',
+    FORMAT_STRING('%.0f', BROUND(MEDIAN(step_us) / 1e6, 0)),
+    ' s, the resolution of what they show; docs/prometheus.md)'
+  )
+FROM metric_inflight
+HAVING
+  COUNT(*) > 0
+UNION ALL
+SELECT
   45,
   'evidence',
   CONCAT(
@@ -2630,7 +2676,7 @@ WITH flags AS (
         COUNT(*)
       FROM verdict__reasons AS reasons
       WHERE
-        ord IN (13, 31, 33, 34, 36, 37, 38)
+        ord IN (13, 29, 31, 33, 34, 36, 37, 38, 39)
     ) AS undecided_facts
   FROM verdict__counts AS counts
 )
@@ -2851,7 +2897,7 @@ WITH tp AS (
         COUNT(*)
       FROM verdict__reasons AS reasons
       WHERE
-        ord IN (13, 31, 33, 34, 36, 37, 38)
+        ord IN (13, 29, 31, 33, 34, 36, 37, 38, 39)
     ) AS undecided_facts
   FROM verdict__counts AS counts
 )
