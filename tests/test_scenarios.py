@@ -8,13 +8,18 @@ expected.json may add (see fixtures/README.md):
 * `verdict_options.since_us`: the verdict's window starts inside the data (context lies before it);
 * `by_input.plain`: what the plain files must give where they differ from the journal (they keep
   what journald dropped): `verdict`, `reasons_contain`, `anonymous_pins`, and the `requests` rows
-  that differ (by room);
+  that differ (by request);
 * `ingests`: the data is stored by separate `ingest --since/--until` runs, in order, each with the
   verdict of its own window; without window options the verdict must judge the last one's;
 * `recovery`: the verdict's `watchdog.recovery` (drained | wedged) after the watchdog fired;
 * `stuck_elsewhere`: true when some queue outside the watchdog's is stuck (`stuck_elsewhere` non-empty);
 * `request_details`: per room, keys its verdict row must hold: `backpressure`, `legs`,
   `reason_startswith` (the row's `reason`), `firing_state` (its `watchdog.firings[].state`).
+
+A request is (deployment, room) (design.md, "Same request"): a row's `deployment` is set only where
+two deployments' requests share its room (the prefill host whose request it is, `prefill <host>`, or
+a decode side no line places, `decode <host>`), as the verdict's `requests[].deployment` gives it;
+every row is keyed by both (`key`).
 """
 
 from __future__ import annotations
@@ -41,13 +46,18 @@ JOURNAL_ONLY = {"journald_suppression"}
 COUNTED = ("watchdog_fired", "silent_pin", "undecided")
 
 
+def key(row: dict) -> tuple[str, str | None]:
+    """A request's identity: its room and, where two deployments share the room, whose it is."""
+    return row["bootstrap_room"], row.get("deployment")
+
+
 def expected_of(scenario: str, source: str = "journal") -> dict:
     """The ground truth for one kind of input: `by_input[source]` laid over the journal's."""
     exp = json.loads((fixtures_dir() / scenario / "expected.json").read_text())
     over = exp.get("by_input", {}).get(source)
     if over:
-        rows = {r["bootstrap_room"]: r for r in exp["requests"]}
-        rows.update({r["bootstrap_room"]: r for r in over.get("requests", [])})
+        rows = {key(r): r for r in exp["requests"]}
+        rows.update({key(r): r for r in over.get("requests", [])})
         exp = exp | {k: v for k, v in over.items() if k != "requests"} | {"requests": list(rows.values())}
     return exp
 
@@ -70,15 +80,17 @@ def verdict_of(db: Path, opts: VerdictOptions):
 
 
 def verdict_and_rooms(db: Path, opts: VerdictOptions) -> tuple[dict, dict]:
-    """The verdict's JSON, and every room of the window's `requests` view with its flags and rids
-    (the JSON lists only the requests that did not complete)."""
+    """The verdict's JSON, and every request of the window's `requests` view, by (room, deployment),
+    with its flags and rids (the JSON lists only the requests that did not complete)."""
     con = store.open_db(db, read_only=True)
     try:
         doc = compute_verdict(con, opts).to_json()
         apply_options(con, opts)
         with materialised(con):
-            cur = con.execute(f"SELECT room, {', '.join(ROW_FLAGS)} FROM requests")
-            rooms = {row[0]: dict(zip(ROW_FLAGS, row[1:], strict=True)) for row in cur.fetchall()}
+            cur = con.execute(f"SELECT room, deployment, {', '.join(ROW_FLAGS)} FROM requests")
+            got = cur.fetchall()
+            rooms = {row[:2]: dict(zip(ROW_FLAGS, row[2:], strict=True)) for row in got}
+            assert len(rooms) == len(got), "one row per (room, deployment)"
     finally:
         con.close()
     return doc, rooms
@@ -97,9 +109,10 @@ def assert_matches(got: dict, exp: dict, label: str) -> None:
     want_counts = Counter(r["class"] for r in exp["requests"])
     for cls in COUNTED:
         assert got["counts"].get(cls, 0) == want_counts[cls], (label, cls, got["counts"])
-    found = {r["bootstrap_room"]: r for r in got["requests"]}
+    found = {key(r): r for r in got["requests"]}
+    assert len(found) == len(got["requests"]), (label, "one row per (room, deployment)")
     for want in exp["requests"]:
-        room = want["bootstrap_room"]
+        room = key(want)
         if want["class"] == "completed":
             assert room not in found, (label, room, found.get(room))
             continue
@@ -108,8 +121,7 @@ def assert_matches(got: dict, exp: dict, label: str) -> None:
         assert row["class"] == want["class"], (label, room, row, want)
         for flag in FLAGS:
             assert row[flag] == want[flag], (label, room, flag, row)
-    listed = {r["bootstrap_room"] for r in exp["requests"] if r["class"] != "completed"}
-    assert set(found) <= listed | {r["bootstrap_room"] for r in exp["requests"]}, label
+    assert set(found) <= {key(r) for r in exp["requests"]}, label
     assert_depth(got, exp, found, label)
 
 
@@ -122,16 +134,16 @@ def assert_depth(got: dict, exp: dict, found: dict, label: str) -> None:
     firings = {f["bootstrap_room"]: f for f in got["watchdog"]["firings"]}
     for want in exp.get("request_details", []):
         room = want["bootstrap_room"]
-        row = found[room]
-        for key, value in want.items():
-            if key == "reason_startswith":
+        row = found[key(want)]
+        for name, value in want.items():
+            if name == "reason_startswith":
                 assert (row["reason"] or "").startswith(value), (label, room, row["reason"])
-            elif key == "firing_state":
+            elif name == "firing_state":
                 assert firings[room]["state"] == value, (label, room, firings.get(room))
-            elif key == "backpressure":
+            elif name == "backpressure":
                 assert row["backpressure"] is value and firings[room]["backpressure"] is value, (label, room)
-            elif key != "bootstrap_room":
-                assert row[key] == value, (label, room, key, row[key])
+            elif name not in ("bootstrap_room", "deployment"):
+                assert row[name] == value, (label, room, name, row[name])
 
 
 def windows(exp: dict) -> list[Window]:
@@ -161,16 +173,15 @@ def assert_ingests(db: Path, exp: dict, label: str) -> None:
 def assert_rooms(doc: dict, rooms: dict, exp: dict, label: str) -> None:
     """Every room of the ground truth, completed ones too, with its class, flags and rids; the JSON
     lists exactly those that did not complete (`prefill_rid` "*": any rid, but one)."""
-    assert set(rooms) == {r["bootstrap_room"] for r in exp["requests"]}, label
+    assert set(rooms) == {key(r) for r in exp["requests"]}, label
     for want in exp["requests"]:
-        have = rooms[want["bootstrap_room"]]
+        have = rooms[key(want)]
         if want["prefill_rid"] == "*":
-            assert have["prefill_rid"], (label, want["bootstrap_room"])
+            assert have["prefill_rid"], (label, key(want))
             want = {**want, "prefill_rid": have["prefill_rid"]}
-        assert have == {k: want[k] for k in ROW_FLAGS}, (label, want["bootstrap_room"], have)
-    assert {r["bootstrap_room"] for r in doc["requests"]} == {
-        r["bootstrap_room"] for r in exp["requests"] if r["class"] != "completed"
-    }, label
+        assert have == {k: want[k] for k in ROW_FLAGS}, (label, key(want), have)
+    open_rows = {key(r) for r in exp["requests"] if r["class"] != "completed"}
+    assert {key(r) for r in doc["requests"]} == open_rows, label
     assert all(r["dwell_s"] is None or r["dwell_s"] >= 0 for r in doc["requests"]), label
     # a silent pin is held past timeout + grace: its dwell says so (a hold ends at the holder's end,
     # death or the window end, never at its last line); a second of slack for 1-s prefixes
@@ -248,10 +259,10 @@ def test_plain_overrides_only_where_the_input_differs() -> None:
             continue
         seen += 1
         assert "Suppressed " in (fixtures_dir() / scenario / "journal.json").read_text(), scenario
-        journal_rows = {r["bootstrap_room"]: r for r in exp["requests"]}
+        journal_rows = {key(r): r for r in exp["requests"]}
         assert plain["verdict"] != exp["verdict"] or plain["requests"], scenario
         for row in plain["requests"]:
-            assert journal_rows.get(row["bootstrap_room"]) != row, (scenario, row)
+            assert journal_rows.get(key(row)) != row, (scenario, row)
     assert seen, "no scenario has by_input.plain"
 
 

@@ -90,6 +90,16 @@ def unit_lines(name: str, role: str, host: str | None = None) -> list[tuple[int,
     ]
 
 
+def row_keys(doc: dict) -> list[str]:
+    """A request row's keys, in order: `deployment` after the room where two deployments share rooms."""
+    shared = any("deployment" in r for r in doc["requests"])
+    return REQ_KEYS[:1] + ["deployment"] * shared + REQ_KEYS[1:]
+
+
+def is_prefill(e: dict) -> bool:
+    return e.get("_SYSTEMD_UNIT", "").endswith("-prefill.service")
+
+
 def floors(name: str, host: str | None = None) -> list[tuple[int, int]]:
     """(journal µs, requests in the inflight queue that are not this batch) of every prefill stats line.
 
@@ -289,17 +299,24 @@ def test_expected_has_the_documented_shape(name):
     for source, over in doc.get("by_input", {}).items():
         assert source == "plain" and over["verdict"] in VERDICTS
         assert set(over) == {"verdict", "reasons_contain", "anonymous_pins", "requests"}
-        assert all(list(r) == REQ_KEYS and r["class"] in CLASSES for r in over["requests"])
+        assert all(list(r) == row_keys(doc) and r["class"] in CLASSES for r in over["requests"])
     ts = [int(e["__REALTIME_TIMESTAMP"]) for e in entries(name)]
     assert doc["window"] == {"since_us": min(ts), "until_us": max(ts)}
     assert all(isinstance(s, str) and s == s.lower() for s in doc["reasons_contain"])
     # an inconclusive verdict must say why; another verdict may name what it rests on too
     assert doc["verdict"] != "inconclusive" or doc["reasons_contain"]
     rooms = [r["bootstrap_room"] for r in doc["requests"]]
-    assert len(rooms) == len(set(rooms)) and all(r.isdigit() and r != "0" for r in rooms)
+    # a request is (deployment, room): a room is several rows only where two deployments share it
+    keys = [(r["bootstrap_room"], r.get("deployment")) for r in doc["requests"]]
+    assert len(keys) == len(set(keys)) and all(r.isdigit() and r != "0" for r in rooms)
+    shared = {room for room, n in Counter(rooms).items() if n > 1}
     for r in doc["requests"]:
-        assert list(r) == REQ_KEYS and r["class"] in CLASSES
+        assert list(r) == row_keys(doc) and r["class"] in CLASSES
         assert all(isinstance(r[k], bool) for k in ("abort_race", "across_restart", "one_sided"))
+        if "deployment" in r:  # `prefill <host>` / `decode <host>` where its room is shared, else null
+            engine, _, host = (r["deployment"] or " ").partition(" ")
+            assert (r["bootstrap_room"] in shared) == (r["deployment"] is not None), r
+            assert r["deployment"] is None or (engine in ("prefill", "decode") and host in doc["hosts"]), r
     assert doc.get("recovery", "drained") in {"drained", "wedged"}
     assert ("recovery" in doc) <= (doc["verdict"] == "watchdog_fired")
     assert doc.get("stuck_elsewhere", True) is True
@@ -323,9 +340,10 @@ def test_pinned_rooms_have_no_terminal_prefill_line(name):
     """A silent pin: after its last line the prefill never names the room again, except to receive it."""
     doc = expected(name)
     pins = [r for r in doc["requests"] if r["class"] == "silent_pin"]
-    prefill = unit_lines(name, "prefill")
     timeout_us = doc["watchdog"]["timeout_s"] * 1_000_000
     for r in pins:
+        # where two deployments share the room, its own prefill's lines (the other may finish it)
+        prefill = unit_lines(name, "prefill", (r.get("deployment") or "").removeprefix("prefill ") or None)
         named = [(ts, m) for ts, m in prefill if f"bootstrap_room={r['bootstrap_room']}" in m]
         # a room can have several legs (a rebootstrap): after its last leg's Receive: nothing more
         last = max(i for i, (_, m) in enumerate(named) if " Receive: obj=" in m)
@@ -335,6 +353,14 @@ def test_pinned_rooms_have_no_terminal_prefill_line(name):
     died = any("-prefill.service: Main process exited" in message(e) for e in entries(name))
     if "pairs" in doc:  # a fleet: each prefill's own gauge shows its own pins
         held = Counter(doc["pairs"][r["bootstrap_room"]]["prefill"] for r in pins)
+        assert all(floors(name, host)[-1][1] >= n for host, n in held.items()), held
+    elif len(prefill_hosts := {e["_HOSTNAME"] for e in entries(name) if is_prefill(e)}) > 1:
+        # several deployments: the prefill whose Receive: names the pin's prefill rid holds it
+        held = Counter(
+            next(e["_HOSTNAME"] for e in entries(name) if is_prefill(e) and r["prefill_rid"] in message(e))
+            for r in pins
+        )
+        assert set(held) <= prefill_hosts and not doc["anonymous_pins"], held
         assert all(floors(name, host)[-1][1] >= n for host, n in held.items()), held
     elif (pins or doc["anonymous_pins"]) and not died:
         assert floors(name)[-1][1] >= len(pins) + doc["anonymous_pins"]

@@ -152,9 +152,15 @@ def classify(w: World, sc, pre: EngineCfg, dec: EngineCfg, fleet: Fleet | None =
         pl.col("pin") & (pl.col("abort_t") < INF) & ~pl.col("abort_lands")
     )
     across = pl.lit(False)
-    for role, k in w.restarts:
-        if role == "decode":
-            across = across | _open_at(k)
+    if fleet is None:
+        for role, k in w.restarts:
+            if role == "decode":
+                across = across | _open_at(k)
+    else:  # a fleet: a restart of the decode instance the router sent it to
+        for j, procs in enumerate(fleet.dprocs):
+            for proc in procs:
+                if proc.t_end < INF:
+                    across = across | ((pl.col("de") == j) & _open_at(proc.t_end))
     df = w.table.filter(~pl.col("hc")).with_columns(
         cls, near, vis_p=vis_p, vis_d=vis_d, rid_p=rid_p, rid_d=rid_d, abort_race=race, across_restart=across
     )
@@ -242,7 +248,9 @@ def _listed(
 ) -> tuple[pl.DataFrame, int]:
     """The requests some line names (expected.json's rows) and the anonymous pins."""
     df = classify(w, sc, pre, dec, fleet)
-    listed = _by_room(df.filter(pl.col("vis_p") | pl.col("vis_d")))
+    listed = df.filter(pl.col("vis_p") | pl.col("vis_d"))
+    shared = _shared_rooms(listed)
+    listed = _by_room(listed) if not shared else _same_request(sc, listed, fleet, shared)
     # a pin no judged line names, still held in the judged window (one that died before it is not)
     lo = sc.ingests_s[-1][0] if sc.ingests_s else 0.0
     anonymous = df.filter(
@@ -254,6 +262,8 @@ def _listed(
         cls = pl.when(cls == "completed").then(pl.lit("undecided")).otherwise(cls)
     rows = listed.select(
         bootstrap_room=pl.col("room").cast(pl.String),
+        # identity is (deployment, room): only where two deployments' requests share the room
+        **({"deployment": pl.col("deployment")} if shared else {}),
         prefill_rid=pl.when(pl.col("rid_p")).then(pl.col("prid")),
         decode_rid=pl.when(pl.col("rid_d")).then(pl.col("drid")),
         **{"class": cls},
@@ -281,6 +291,101 @@ def _by_room(listed: pl.DataFrame) -> pl.DataFrame:
         pl.col("class").sort_by(pl.col("class").replace_strict(rank, return_dtype=pl.Int32)).first(),
         pl.col("vis_p", "vis_d", "abort_race", "across_restart").any(),
     )
+
+
+# ---- identity is (deployment, room) (issue 26; design.md, "Same request") -------------------------
+
+# A decode side can be a prefill's request's when their Receive: lines are this close (the router
+# sends both legs at once), and no pair of a shared room is within PAIR_MARGIN_S of that bound.
+PAIR_WINDOW_S = 30.0
+PAIR_MARGIN_S = 10.0
+# classes its prefill's own lines decide, whatever its decode side did
+PREFILL_DECIDED = ("watchdog_fired", "undecided", "silent_pin")
+
+
+def _shared_rooms(listed: pl.DataFrame) -> set[int]:
+    """Rooms that two prefill instances (or two decode instances) name: two deployments whose
+    routers number rooms alike. Only a fleet knows its instances."""
+    if "pe" not in listed.columns:
+        return set()
+    n = listed.group_by("room").agg(
+        n_p=pl.col("pe").filter(pl.col("vis_p")).n_unique(),
+        n_d=pl.col("de").filter(pl.col("vis_d")).n_unique(),
+    )
+    return set(n.filter((pl.col("n_p") > 1) | (pl.col("n_d") > 1))["room"].to_list())
+
+
+def _same_request(sc, listed: pl.DataFrame, fleet: Fleet, shared: set[int]) -> pl.DataFrame:
+    """`listed` with a `deployment` per row: a shared room is one request per prefill that logged it
+    (`prefill <host>`, the router's choice in the model). A decode side goes with the prefill it
+    can be: its Receive: names that prefill's address and lies within PAIR_WINDOW_S of that
+    prefill's Receive:. A side that can be one prefill's only, which no other such side can be, is
+    that prefill's. The sides left over pair with the prefills left over only when every way reads
+    the same (each finished, as many as those prefills, each able to be each one's); then each such
+    request is judged as paired with a finished decode, naming no decode rid. Otherwise no line
+    says which decode side is whose: each such prefill's request is decided by its own lines alone
+    (a completion it cannot claim is `undecided`), and each side left over is a request of its own
+    (`decode <host>`): `undecided`, never completed by a guess."""
+    end = sc.duration_s
+    mine = listed.filter(pl.col("room").is_in(list(shared)))
+    if sc.ingests_s or mine.select(pl.struct("room", "pe").is_duplicated().any()).item():
+        raise AmbiguousScenario(f"{sc.name}: a shared room with several legs, or ingest runs: not modelled")
+    seen_whole = pl.col("vis_p") & pl.col("vis_d") & pl.col("p_recv").is_between(0.0, end)
+    if not mine.select((seen_whole & pl.col("d_recv").is_between(0.0, end)).all()).item():
+        raise AmbiguousScenario(f"{sc.name}: a shared room's request not seen whole (both Receive: lines)")
+    address = [e.host.ip for e in fleet.pres]
+    rows = listed.to_dicts()
+    rooms: dict[int, list[dict]] = {}
+    for row in rows:
+        if row["room"] in shared:
+            rooms.setdefault(row["room"], []).append(row)
+    sides: dict[int, dict] = {}  # id(request) -> its decode side, a request of its own
+    for reqs in rooms.values():
+        _place(sc, reqs, address, sides)
+    out = []
+    for row in rows:
+        if row["room"] not in shared:
+            out.append(row | {"deployment": None})
+            continue
+        out.append(row | {"deployment": f"prefill {fleet.pres[row['pe']].host.name}"})
+        if id(row) in sides:
+            out.append(sides[id(row)] | {"deployment": f"decode {fleet.decs[row['de']].host.name}"})
+    return pl.DataFrame(out, schema=listed.schema | {"deployment": pl.String})
+
+
+def _place(sc, reqs: list[dict], address: list[str], sides: dict[int, dict]) -> None:
+    """Decide, in place, whose decode side each request of one shared room is (see _same_request)."""
+    end = sc.duration_s
+
+    def fits(side: dict, holder: dict) -> bool:
+        gap = abs(side["d_recv"] - holder["p_recv"])
+        if abs(gap - PAIR_WINDOW_S) < PAIR_MARGIN_S:
+            raise AmbiguousScenario(f"{sc.name}: room {side['room']}: Receive: lines {gap:.1f} s apart")
+        return address[side["pe"]] == address[holder["pe"]] and gap <= PAIR_WINDOW_S
+
+    can = {id(s): [h for h in reqs if fits(s, h)] for s in reqs}  # the prefills each side can be
+    alone = [id(c[0]) for c in can.values() if len(c) == 1]
+    placed = {k: c[0] for k, c in can.items() if len(c) == 1 and alone.count(id(c[0])) == 1}
+    if any(placed.get(id(s), s) is not s for s in reqs):
+        raise AmbiguousScenario(f"{sc.name}: room {reqs[0]['room']}: a side placed with another's prefill")
+    lone = [h for h in reqs if id(h) not in placed]  # its own side is not placed: neither is any other
+    if not lone:
+        return
+    finished = all(s["d_out"] == "ok" and s["d_fin"] <= end for s in lone)
+    pairs = finished and all(fits(s, h) for s in lone for h in lone)
+    for r in lone:
+        own = r["class"]
+        if own not in PREFILL_DECIDED and not (r["p_out"] == "ok" and r["p_rel"] <= end):
+            raise AmbiguousScenario(f"{sc.name}: room {r['room']}: a prefill end the pairing does not model")
+        if not pairs:
+            judged = r["d_recv"] + sc.watchdog_timeout_s + MARGIN_S <= end
+            if not judged or r["abort_race"]:
+                raise AmbiguousScenario(f"{sc.name}: room {r['room']}: an unplaced decode side not modelled")
+            # its decode side, a request of its own that no line places: its life is the request's
+            sides[id(r)] = r | {"class": "undecided", "vis_p": False, "rid_p": False}
+        r["class"] = own if own in PREFILL_DECIDED else ("completed" if pairs else "undecided")
+        r["rid_d"] = False  # paired whichever way: no one decode side is its own
+        r["vis_d"] = pairs  # unpaired: its row holds its prefill's lines only
 
 
 def _plain_view(w: World, sc, pre: EngineCfg, dec: EngineCfg, rows: pl.DataFrame) -> dict:
@@ -359,7 +464,7 @@ def build_expected(
         head["request_details"] = _details(sc, rows)
     check_consistency(sc.name, sc.verdict, head["reasons_contain"], set(rows["class"].unique()), anonymous)
     pairs = ""
-    if fleet is not None:
+    if fleet is not None and "deployment" not in rows.columns:  # one deployment: each room one request
         head["instances"], pairs = _fleet_truth(w, sc, fleet, pre, dec, rows, missing)
     buf = io.BytesIO()
     rows.write_ndjson(buf)
