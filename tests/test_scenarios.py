@@ -205,16 +205,7 @@ def check(db: Path, exp: dict, label: str) -> None:
 # is not this file's to change). strict: the day the rules give the ground truth, this fails and the
 # entry must go.
 # Scenarios whose ground truth the rules do not reach yet (a strict xfail: it fails once they do).
-RULE_GAPS: dict[str, str] = {
-    # tests/test_deployments.py::test_another_deployments_decode_restart_ends_no_request_of_this_one
-    # is the same gap, hand-built
-    "two_deployments_colliding_rooms": "room 8363791750709356384, deployment 'prefill dc2-prefill-0': dc2's "
-    "prefill finished it 2.5 s before dc1 received the same room, and no decode line says which decode side "
-    "is its own (decode_unpaired): the ground truth is `undecided`; the views give `lost` ('the decode "
-    "holding it stopped or restarted'), because with d_host NULL 05_requests.sql's decode_gone takes "
-    "dc1-decode-0's restart (x.host = coalesce(b.d_host, x.host)) as its decode's death, and `lost` is "
-    "tested before `d_unpaired`. Counts: undecided 2, truth 3. Every other row matches (.journal, json, plain).",
-}
+RULE_GAPS: dict[str, str] = {}
 
 
 def cases(names: list[str]) -> list:
