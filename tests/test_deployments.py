@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 from verdict_helpers import DECODE, PREFILL, Log, room
 
 from pdforensics import verdict
@@ -142,12 +141,6 @@ def test_one_deployment_keeps_one_row_per_room(tmp_path: Path) -> None:
     log.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rule gap (queries/views/05_requests.sql, decode_gone): a request whose decode side no line places "
-    "has d_host NULL, so any decode host's restart after its hand-off is taken as its decode's death "
-    "(x.host = coalesce(b.d_host, x.host)), and `lost` is tested before `d_unpaired` -> `undecided`",
-)
 def test_another_deployments_decode_restart_ends_no_request_of_this_one(tmp_path: Path) -> None:
     """The same room at the same moment in two deployments on one address, as above; gpu-a's decode
     (gpu-b) is then restarted, killed while it still holds its side. gpu-c's prefill finished its

@@ -67,6 +67,7 @@ restarts AS MATERIALIZED (SELECT unnest(engine_restarts, recursive := true) FROM
 holes AS MATERIALIZED (SELECT unnest(holes, recursive := true) FROM c),
 gauge AS MATERIALIZED (SELECT unnest(host_gauge, recursive := true) FROM c),
 prefill_hosts AS MATERIALIZED (SELECT unnest(prefill_hosts) AS host FROM c),
+decode_hosts AS MATERIALIZED (SELECT DISTINCT host FROM (SELECT unnest(decode_evidence, recursive := true) FROM c)),
 prefill_incarnations AS MATERIALIZED (
     SELECT x.start_t FROM (SELECT unnest(incarnations, recursive := true) FROM c) AS x WHERE x.engine = 'prefill'
 ),
@@ -258,7 +259,11 @@ decode_gone AS MATERIALIZED (
     -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
     SELECT b.bootstrap_room, b.holder, min(x.gone_t) AS d_gone_t
     FROM rs AS b JOIN restarts AS x
-      ON x.engine = 'decode' AND x.host = coalesce(b.d_host, x.host) AND x.gone_t >= b.decode_from
+      ON x.engine = 'decode' AND x.gone_t >= b.decode_from
+     -- its own decode's: one no line places is never given another's death by elimination, unless
+     -- there is only one decode
+     AND (x.host = b.d_host
+          OR (b.d_host IS NULL AND NOT coalesce(b.d_unpaired, false) AND (SELECT count(*) FROM decode_hosts) = 1))
     WHERE NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
       AND (b.d_first IS NOT NULL OR (SELECT decode_logged FROM c))
     GROUP BY b.bootstrap_room, b.holder

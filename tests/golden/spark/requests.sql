@@ -24,6 +24,15 @@ SELECT
   EXPLODE(prefill_hosts) AS host
 FROM requests__c AS c;
 
+CREATE OR REPLACE TEMPORARY VIEW requests__decode_hosts AS
+SELECT DISTINCT
+  host
+FROM (
+  SELECT
+    INLINE(decode_evidence)
+  FROM requests__c AS c
+);
+
 CREATE OR REPLACE TEMPORARY VIEW requests__prefill_incarnations AS
 SELECT
   x.start_t
@@ -533,8 +542,19 @@ SELECT
 FROM rs AS b
 JOIN requests__restarts AS x
   ON x.engine = 'decode'
-  AND x.host = COALESCE(b.d_host, x.host)
   AND x.gone_t >= b.decode_from
+  AND /* its own decode's: one no line places is never given another's death by elimination, unless */ /* there is only one decode */ (
+    x.host = b.d_host
+    OR (
+      b.d_host IS NULL
+      AND NOT COALESCE(b.d_unpaired, FALSE)
+      AND (
+        SELECT
+          COUNT(*)
+        FROM requests__decode_hosts AS decode_hosts
+      ) = 1
+    )
+  )
 WHERE
   NOT b.prefill_may_hold
   AND b.d_end IS NULL
