@@ -581,3 +581,25 @@ def test_the_swimlanes_share_the_timelines_plot_margins(report: str) -> None:
     timeline = _data_block(report, "pdf-fig-timeline")["layout"]["margin"]
     gantt = _data_block(report, "pdf-fig-gantt")["layout"]["margin"]
     assert (timeline["l"], timeline["r"]) == (gantt["l"], gantt["r"])
+
+
+def test_the_prometheus_gauge_is_drawn_beside_the_floor_and_says_its_source(tmp_path: Path) -> None:
+    """Issue 31: the metric series SGLang exported, labelled by source and step, on the prefill's
+    axis beside the lines' floor, one value per scrape."""
+    from tests.test_metric_verdict import idle_after_traffic, scrapes
+    from tests.verdict_helpers import Log
+
+    log = Log(tmp_path / "db.duckdb")
+    idle_after_traffic(log)
+    scrapes(log, 120, 390, 1)
+    log.close()
+    con = store.open_db(tmp_path / "db.duckdb", read_only=True)
+    try:
+        page = write_report(con, tmp_path / "r.html", OPTS).read_text()
+    finally:
+        con.close()
+    gauges = _prefill_gauges(page)
+    metric = [t for t in gauges if t["legendgroup"] == "metric_inflight"]
+    assert len(metric) == 1 and "inflight gauge (Prometheus), every 10 s" in metric[0]["name"], metric
+    assert metric[0]["y"] == [1] * 28
+    assert any(t["legendgroup"] == "inflight_floor" for t in gauges)

@@ -188,7 +188,38 @@ def gauge_series(ctx: Ctx) -> list[dict[str, Any]]:
         )
     frame = _stats_frame(ctx, metrics, bucket_us)
     ctx.con.execute("DROP TABLE IF EXISTS _rpt_stats")
-    return _series_from(frame, bucket_us > 0)
+    return _series_from(frame, bucket_us > 0) + metric_series(ctx)
+
+
+METRIC_INFLIGHT = ("metric_inflight", "inflight gauge (Prometheus)")
+
+
+def metric_series(ctx: Ctx) -> list[dict[str, Any]]:
+    """SGLang's Prometheus inflight gauge (the `metric_inflight` view) beside the lines' floor, one
+    series per scrape target, labelled by its source and step: what a scrape read, which may be
+    the last batch line's count (docs/prometheus.md). Above `limits.gauge_points` scrapes a series
+    keeps each bucket's maximum (a held count is what the verdict reads from it)."""
+    frame = query_pl(
+        ctx.con,
+        """SELECT host, series, t_us, value, median(step_us) OVER (PARTITION BY series) AS step_us
+        FROM metric_inflight ORDER BY host, series, t_us""",
+    )
+    out: list[dict[str, Any]] = []
+    for (host, _), part in frame.group_by(["host", "series"], maintain_order=True):
+        x, y = part["t_us"].to_list(), part["value"].to_list()
+        agg = None
+        if len(x) > ctx.limits.gauge_points:
+            bucket = max(US, math.ceil((ctx.end_t - ctx.start_t) / ctx.limits.gauge_points / US) * US)
+            b = part.group_by((pl.col("t_us") - ctx.start_t) // bucket, maintain_order=True).agg(
+                pl.col("t_us").first(), pl.col("value").max()
+            )
+            x, y, agg = b["t_us"].to_list(), b["value"].to_list(), "max"
+        step = part["step_us"][0]
+        every = f", every {step / US:.0f} s" if step else ""
+        out.append({"engine": "prefill", "host": host or "?", "stream": f"{host or '?'} prefill",
+                    "metric": METRIC_INFLIGHT[0], "label": f"{METRIC_INFLIGHT[1]}{every}",
+                    "x_us": x, "y": y, "agg": agg})  # fmt: skip
+    return out
 
 
 def _stats_frame(ctx: Ctx, metrics: list[str], bucket_us: int) -> pl.DataFrame:

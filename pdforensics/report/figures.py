@@ -39,6 +39,7 @@ GAUGE_STYLE = {
     "inflight_floor": ("#b3261e", 2.6), "inflight_req": ("#e8a0a0", 1.2), "bootstrap_req": ("#7aa6d8", 1.2),
     "queue_req": ("#8250df", 1.2), "running_req": ("#1a7f37", 1.6), "transfer_req": ("#e08a2e", 1.4),
     "prealloc_req": ("#1b7c83", 1.2), "gen_throughput": ("#0b61c4", 1.4),
+    "metric_inflight": ("#000000", 1.0),  # SGLang's Prometheus gauge, a thin black line over the floor
 }  # fmt: skip
 # Streams (hosts, DP ranks) of one gauge share its colour and one legend entry: with DP attention
 # 24 streams × 4 gauges would otherwise be 96 entries.
