@@ -64,7 +64,7 @@ def facts_for(db: Path, windows: list[verdict.VerdictOptions]) -> list[tuple[lis
             verdict.apply_options(con, opts)
             # context's rows once (room_facts reads it several times), never kept for another reader
             with verdict.materialised(con, ("context",), cache=False):
-                rooms = con.execute("SELECT * FROM room_facts ORDER BY bootstrap_room").fetchall()
+                rooms = con.execute("SELECT * FROM room_facts ORDER BY bootstrap_room, holder").fetchall()
                 out.append((rooms, con.execute("SELECT * FROM context").fetchall()))
         return out
     finally:

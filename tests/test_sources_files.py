@@ -17,6 +17,7 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_ingest import all_lines
 from test_sources_journal import as_unprivileged, read
 from test_sources_journal import entry as journal_entry
 
@@ -513,21 +514,6 @@ def _zoned_log(lines: int, offsets_h: dict[int, float]) -> tuple[bytes, dict[int
     return b"".join(out), truth
 
 
-def _zone_rows(db: Path) -> pl.DataFrame:
-    """Every stored line without what depends on the run (ids; a continuation as its head's seq)."""
-    from pdforensics import store
-
-    con = store.open_db(db, read_only=True)
-    try:
-        return store.query_pl(
-            con,
-            """SELECT l.* EXCLUDE (ingest_id, line_id, cont_of), h.seq AS cont_of_seq
-               FROM lines l LEFT JOIN lines h ON h.line_id = l.cont_of ORDER BY l.seq""",
-        )
-    finally:
-        con.close()
-
-
 def test_plain_utc_stamped_lines_settle_the_zone_once_per_file(tmp_path: Path) -> None:
     """Issue 28, item 5: a host in UTC+8 whose SGLang prefixes carry no zone; a few UCX lines near
     the file's start are stamped in epoch seconds. They settle the offset from the file's head, once,
@@ -554,7 +540,7 @@ def test_plain_utc_stamped_lines_settle_the_zone_once_per_file(tmp_path: Path) -
     assert one.source_stats[0].zone == (
         "UTC+08:00, inferred from its UTC-stamped lines (UCX's [epoch]) and the zone-less times beside them (6 pairs)"
     )
-    rows = _zone_rows(tmp_path / "one.duckdb")
+    rows = all_lines(tmp_path / "one.duckdb")
     own = rows.filter(pl.col("message").str.starts_with("[2026"))
     assert dict(zip(own["seq"], own["ts_us"], strict=True)) == truth
     run("batches.duckdb", whole, batch_size=97, chunk=4096)
@@ -564,11 +550,11 @@ def test_plain_utc_stamped_lines_settle_the_zone_once_per_file(tmp_path: Path) -
     again = run("grown.duckdb", grown, batch_size=500)
     assert first.stored + again.stored == one.stored and again.stored < one.stored // 5
     for db in ("batches.duckdb", "grown.duckdb"):
-        got = _zone_rows(tmp_path / db)
+        got = all_lines(tmp_path / db)
         assert got.drop("source").equals(rows.drop("source")), db
     told = run("tz.duckdb", whole, tz="UTC")
     assert told.source_stats[0].zone == "UTC, from --tz"
-    utc = _zone_rows(tmp_path / "tz.duckdb").filter(pl.col("message").str.starts_with("[2026"))
+    utc = all_lines(tmp_path / "tz.duckdb").filter(pl.col("message").str.starts_with("[2026"))
     assert (utc["ts_us"] - own["ts_us"]).unique().to_list() == [8 * 3600 * 1_000_000]
 
 
@@ -594,7 +580,7 @@ def test_plain_utc_stamped_lines_that_disagree_settle_nothing_and_say_so(tmp_pat
     )
     assert [n for n in source_notes(summary) if n.startswith(f"zone-less times read as {zone}: ")]
     ingest(tmp_path / "local.duckdb", [PlainFileSource(log)], Selection(), cat, tz=LOCAL_TZ, views=False)
-    assert _zone_rows(tmp_path / "a.duckdb")["ts_us"].equals(_zone_rows(tmp_path / "local.duckdb")["ts_us"])
+    assert all_lines(tmp_path / "a.duckdb")["ts_us"].equals(all_lines(tmp_path / "local.duckdb")["ts_us"])
     cri = [
         f"2026-11-29T02:00:0{k}.000000000Z stdout F [2026-11-29 10:00:0{k} TP0] {_BATCH_LINE}"
         for k in range(3)
