@@ -159,3 +159,22 @@ def test_another_deployments_decode_restart_ends_no_request_of_this_one(tmp_path
     other = rows["prefill gpu-c"]
     assert other["decode_unpaired"] and (other["class"], other["lost_reason"]) == ("undecided", None)
     log.close()
+
+
+def test_rooms_two_deployments_share_place_no_clock(tmp_path: Path) -> None:
+    """Both deployments number their rooms alike; the second's decode received each room 50 s
+    before the first's, and its prefill's journal is missing. A room's Receive: lines on two decode
+    hosts are not one simultaneous pair with the prefill's, so they place no clock (before: the
+    earliest Receive: of the room, the other deployment's, put gpu-b's clock 50 s off, and every
+    time on it with it)."""
+    log = Log(tmp_path / "db.duckdb")
+    for k in range(5):
+        r = room(100 + k)
+        receive(log, 60 + 20 * k, PREFILL, r, f"pa{k}", "10.0.0.5")
+        receive(log, 60 + 20 * k + 0.001, DECODE, r, f"da{k}", "10.0.0.5")
+        receive(log, 10 + 20 * k, D2, r, f"db{k}", "10.0.0.5")
+    log.install()
+    verdict.apply_options(log.con, verdict.VerdictOptions(watchdog_timeout_s=60))
+    offsets = dict(log.con.execute("SELECT host, offset_us FROM host_offsets").fetchall())
+    assert all(abs(v) < 1_000_000 for v in offsets.values()), offsets
+    log.close()

@@ -50,12 +50,17 @@ legs AS MATERIALIZED (
         ELSE false END
 ),
 recv AS MATERIALIZED (
-    -- arrival per room and engine: its Receive line, else its time stats' entry_time (L2)
-    SELECT room, engine, min(host) AS host,
+    -- arrival per room, engine and host: its Receive line, else its time stats' entry_time (L2)
+    SELECT room, engine, host,
         coalesce(min(ts_us) FILTER (WHERE event = 'request_received'), min(entry_time_us)) AS recv_us,
         bool_or(event = 'request_received') AS by_line
     FROM legs WHERE event = 'request_received' OR (event = 'req_time_stats' AND entry_time_us IS NOT NULL)
-    GROUP BY room, engine
+    GROUP BY room, engine, host
+),
+shared_rooms AS MATERIALIZED (
+    -- a room two hosts of one engine logged (two deployments numbering rooms alike): which of its
+    -- lines were simultaneous is not known, so it places no clock
+    SELECT DISTINCT room FROM recv GROUP BY room, engine HAVING count(*) > 1
 ),
 done AS (
     SELECT room, engine, min(ts_us) AS done_us FROM legs
@@ -69,7 +74,7 @@ ref_offset AS (SELECT host, 0::BIGINT AS offset_us FROM ref),
 pairs AS MATERIALIZED (
     SELECT p.room, p.host AS p_host, d.host AS d_host, d.recv_us - p.recv_us AS recv_diff
     FROM recv AS p JOIN recv AS d ON d.room = p.room AND d.by_line = p.by_line
-    WHERE p.engine = 'prefill' AND d.engine = 'decode'
+    WHERE p.engine = 'prefill' AND d.engine = 'decode' AND p.room NOT IN (SELECT room FROM shared_rooms)
 ),
 finish_pairs AS (
     SELECT p.room, d.done_us - p.done_us AS done_diff

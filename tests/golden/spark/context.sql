@@ -55,11 +55,11 @@ WHERE
   END;
 
 CREATE OR REPLACE TEMPORARY VIEW context__recv AS
-/* arrival per room and engine: its Receive line, else its time stats' entry_time (L2) */
+/* arrival per room, engine and host: its Receive line, else its time stats' entry_time (L2) */
 SELECT
   room,
   engine,
-  MIN(host) AS host,
+  host,
   COALESCE(MIN(ts_us) FILTER(WHERE
     event = 'request_received'), MIN(entry_time_us)) AS recv_us,
   BOOL_OR(event = 'request_received') AS by_line
@@ -71,7 +71,20 @@ WHERE
   )
 GROUP BY
   room,
-  engine;
+  engine,
+  host;
+
+CREATE OR REPLACE TEMPORARY VIEW context__shared_rooms AS
+/* a room two hosts of one engine logged (two deployments numbering rooms alike): which of its */
+/* lines were simultaneous is not known, so it places no clock */
+SELECT DISTINCT
+  room
+FROM context__recv AS recv
+GROUP BY
+  room,
+  engine
+HAVING
+  COUNT(*) > 1;
 
 CREATE OR REPLACE TEMPORARY VIEW context__ref AS
 SELECT
@@ -96,7 +109,13 @@ FROM context__recv AS p
 JOIN context__recv AS d
   ON d.room = p.room AND d.by_line = p.by_line
 WHERE
-  p.engine = 'prefill' AND d.engine = 'decode';
+  p.engine = 'prefill'
+  AND d.engine = 'decode'
+  AND NOT p.room IN (
+    SELECT
+      room
+    FROM context__shared_rooms AS shared_rooms
+  );
 
 CREATE OR REPLACE TEMPORARY VIEW context__decode_hosts AS
 WITH done AS (
