@@ -28,23 +28,41 @@ def prefill_instances(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in rows]
 
 
+# The other prefills' sides of the rooms `host` shares with them, on `host`'s clock (the scope's
+# reference): read on the caller's connection, which sees the whole file.
+_FOREIGN_SIDES = """
+SELECT list(s) FROM (
+    SELECT bootstrap_room, host, recv_t + (SELECT coalesce(max(offset_us), 0) FROM host_offsets WHERE host = $1)
+        AS recv_t, addresses
+    FROM shared_prefill_sides
+    WHERE host <> $1 AND bootstrap_room IN (SELECT bootstrap_room FROM shared_prefill_sides WHERE host = $1)
+) AS s
+"""
+FOREIGN_SIDES_TYPE = "STRUCT(bootstrap_room UBIGINT, host VARCHAR, recv_t BIGINT, addresses VARCHAR[])[]"
+
+
 @contextmanager
 def instance_scope(
-    con: duckdb.DuckDBPyConnection, host: str, ensure_views: Callable[[duckdb.DuckDBPyConnection], None]
+    con: duckdb.DuckDBPyConnection,
+    host: str,
+    catalog: str,
+    ensure_views: Callable[[duckdb.DuckDBPyConnection], None],
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     """A connection to the same database on which the views see only `host`'s scope.
 
     Session variables and temporary tables are per connection in DuckDB, so the caller's own
     (its window, its materialised views) are untouched; set the views' options on the one yielded.
-    `ensure_views` makes the views available on it (temporary views are per connection too).
+    `catalog` holds the stored tables; `ensure_views` makes the views available on the connection
+    yielded (temporary views are per connection too). `con` must have the views too: the rooms
+    `host` shares with other prefills are read on it, where their lines are not hidden.
     """
-    from pdforensics.verdict import data_catalog  # verdict imports this module
-
-    catalog = data_catalog(con)
+    foreign = con.execute(_FOREIGN_SIDES, [host]).fetchone()[0]
     cur = con.cursor()
     try:
         ensure_views(cur)
         cur.execute("SET VARIABLE pdf_instance = ?", [host])
+        if foreign:
+            cur.execute(f"SET VARIABLE pdf_foreign_sides = ?::{FOREIGN_SIDES_TYPE}", [foreign])
         # lines first: instance_events reads the stored events, which the temporary table then hides
         for name in ("lines", "events"):
             cur.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM instance_{name}')

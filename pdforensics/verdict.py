@@ -695,7 +695,7 @@ def _judge_instance(
 ) -> Verdict:  # fmt: skip
     """One prefill instance judged by the same views over its scope (fleet.instance_scope); its
     `verdict` row also written to the catalog `keep` (a judgement being kept) when given."""
-    with fleet.instance_scope(con, host, ensure_views) as cur:
+    with fleet.instance_scope(con, host, data_catalog(con), ensure_views) as cur:
         apply_options(cur, opts)
         for name, value in fleet_vars.items():
             cur.execute(f"SET VARIABLE {name} = ?", [value])

@@ -178,3 +178,21 @@ def test_rooms_two_deployments_share_place_no_clock(tmp_path: Path) -> None:
     offsets = dict(log.con.execute("SELECT host, offset_us FROM host_offsets").fetchall())
     assert all(abs(v) < 1_000_000 for v in offsets.values()), offsets
     log.close()
+
+
+def test_each_instance_places_a_shared_room_as_the_whole_file_does(tmp_path: Path) -> None:
+    """As the first case, with gpu-a's decode lines missing (its journal not collected): the one
+    decode side left (gpu-d's) fits both prefills. gpu-c's own judgement sees only its prefill's
+    lines, so without the other prefill's side of the room it would pair gpu-d with gpu-c by
+    elimination and call gpu-c `nothing_stuck`; it judges the room as the whole file does."""
+    log = Log(tmp_path / "db.duckdb")
+    receive(log, 5, PREFILL, R, "p-a", "10.0.0.5")
+    leg(log, 5, P2, D2, "b", "10.0.0.5", finished=True)
+    observed(log, pinned_on=[PREFILL])
+    rows = rows_of(log)
+    assert (rows["prefill gpu-c"]["class"], rows["prefill gpu-c"]["decode_unpaired"]) == ("undecided", True)
+    instances = {i["host"]: i for i in log.verdict().to_json()["instances"]}
+    assert instances["gpu-a"]["verdict"] == "watchdog_missed"
+    assert instances["gpu-c"]["verdict"] == "inconclusive"
+    assert any("no decode line says which" in r for r in instances["gpu-c"]["reasons"])
+    log.close()

@@ -200,7 +200,15 @@ CASES = GRID if os.environ.get(ENV) == "all" else sample(GRID)
 # Families the evidence model does not reach yet, found by the whole grid (issue 26's closing note
 # says what each needs). Each is a known wrong answer, kept visible: a listed case that starts to
 # pass fails here (strict), and its entry must go.
-KNOWN_GAPS: dict[str, str] = {}
+KNOWN_GAPS: dict[str, str] = {
+    "two_deployments_colliding_rooms-shift_clock-dc2-prefill-0,300": (
+        "two deployments share no room that places a clock (their shared rooms are left out of the "
+        "pairs), so dc1's hosts keep offset 0 ('assumed') while dc2's are placed on dc2-prefill-0's clock: "
+        "shifted 300 s, dc2's request of the room dc1 received 2.5 s later reads 300 s apart, is placed by "
+        "time and completed (the truth, but not earned). Needs: time rules a decode side out only between "
+        "hosts whose clocks are linked; the scenario's expected placement by time would then change"
+    ),
+}
 
 
 def marked(case: Case) -> object:
@@ -408,12 +416,19 @@ def instance_problems(dep: Deployment, got: Judged, entries: list[mu.Entry] | No
     return out
 
 
-def moved_rooms(deps: list[Deployment], got: Judged, named: set[int] | None) -> list[str]:
-    """Rooms open in a deployment's original that no open row of the mutated verdict holds."""
+def moved_rooms(
+    deps: list[Deployment], got: Judged, named: set[int] | None, text: str | None = None
+) -> list[str]:
+    """Rooms open in a deployment's original that no open row of the mutated verdict holds. A row
+    whose every line is gone (its rids named nowhere in the mutated `text`) needs none: another
+    host's lines may still name its room (two deployments' requests of one room)."""
     needs: dict[int, list[tuple[Deployment, dict[str, Any]]]] = {}
     for dep in deps:
         for row in dep.judged.requests:
             room = dep.room(int(row["bootstrap_room"]))
+            rids = {dep.rid(row["prefill_rid"]), dep.rid(row["decode_rid"])} - {None}
+            if text is not None and rids and not any(rid in text for rid in rids):
+                continue
             if named is None or room in named:
                 needs.setdefault(room, []).append((dep, row))
     rows: dict[int, list[dict[str, Any]]] = {}
@@ -454,7 +469,8 @@ def check(case: Case, deps: list[Deployment], got: Judged, entries: list[mu.Entr
     for dep in deps:
         problems += instance_problems(dep, got, judged)
     named = None if judged is None else rooms_named(judged)
-    moved = moved_rooms(deps, got, named)
+    text = None if judged is None else "\n".join(mu.text(e) for e in judged)
+    moved = moved_rooms(deps, got, named, text)
     if problems or moved:
         head = (
             f"METAMORPHIC {case.scenario} | {case} | {was} -> {got.verdict} | "

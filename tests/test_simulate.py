@@ -946,3 +946,33 @@ def test_request_log_switched_off_mid_window():
         assert any(ts < t_off and "Receive: obj=" in m for ts, m in lines)
     later = [f for ts, f in floors(name) if ts > t_off + 40_000_000]
     assert later and min(later) == 3 and doc["window"]["until_us"] - t_off > 180_000_000
+
+
+def test_two_deployments_reuse_rooms_on_one_address():
+    """dc1 and dc2: every Receive: names the same prefill address; the shared rooms are received by
+    both prefills, 45 s or more apart except the two reused on purpose within 30 s (the second pin's,
+    dc2 2.5 s first, and one both complete); dc1's prefill holds its three pins to the end."""
+    name = "two_deployments_colliding_rooms"
+    doc = expected(name)
+    received: dict[str, dict[str, int]] = defaultdict(dict)  # room -> prefill host -> journal µs
+    for e in entries(name):
+        m = re.search(r" Receive: obj=.*bootstrap_host='([^']+)'.*bootstrap_room=(\d+),", message(e))
+        if m and m.group(2) != "0":
+            assert m.group(1) == "10.0.0.5", message(e)
+            if is_prefill(e):
+                received[m.group(2)][e["_HOSTNAME"]] = int(e["__REALTIME_TIMESTAMP"])
+    shared = {room for room, hosts in received.items() if len(hosts) == 2}
+    rows = [r for r in doc["requests"] if r["deployment"]]
+    assert shared == {r["bootstrap_room"] for r in rows} and len(shared) == 14
+    gap = {room: (received[room]["dc2-prefill-0"] - received[room]["dc1-prefill-0"]) / 1e6 for room in shared}
+    near = {room: round(g, 1) for room, g in gap.items() if abs(g) < 30}
+    assert all(abs(g) >= 44 for room, g in gap.items() if room not in near)
+    by_class = {(r["bootstrap_room"], r["deployment"]): r["class"] for r in rows}
+    pinned = next(room for room in near if by_class[room, "prefill dc1-prefill-0"] == "silent_pin")
+    assert near[pinned] == -2.5 and sorted(near.values()) == [-2.5, 3.6]
+    assert sorted(c for (room, _), c in by_class.items() if room == pinned) == [
+        "silent_pin", "undecided", "undecided", "undecided",
+    ]  # fmt: skip
+    pins = [r for r in doc["requests"] if r["class"] == "silent_pin"]
+    assert len(pins) == 3 and floors(name, "dc1-prefill-0")[-1][1] >= 3
+    assert floors(name, "dc2-prefill-0")[-1][1] == 0

@@ -7,6 +7,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import polars as pl
+
 from pdforensics.simulate import build as B
 from pdforensics.simulate import lines as L
 from pdforensics.simulate.model import (
@@ -1499,4 +1501,109 @@ SCENARIOS["long_running_watchdog_missed"] = Scenario(
     "every ~2 min for 5 h. The three rooms enter the inflight queue at ~18,100-18,103 s and are open at "
     "the end (`silent_pin`). A journal ingest of the last 6 minutes stores, besides the window, the 15 "
     "minutes before it and each unit's first entries: its verdict is the whole journal's.",
+)
+
+
+# ---- two deployments with colliding rooms and addresses (issue 26, "Same request") -----------------
+
+TWIN_RESTART_AT = 150.0  # dc1's decode-only restart (SIGTERM; SIGKILL 20 s later)
+TWIN_PINS = (12.2, 14.9, 16.8)  # dc1's requests routed while its decode drains: their KV never lands
+TWIN_FAR_S = 45.0  # a bulk room is reused only when its two requests arrive at least this far apart
+TWIN_NEAR = -2.5  # dc2's request reusing the second pin's room arrives this much later (< 30 s)
+TWIN_FAR = 95.0  # dc2's request reusing the first pin's room arrives this much later (> 30 s)
+# dc1's request at 251.3 s and dc2's reusing its room 3.6 s later: both complete
+TWIN_BOTH_DONE = (251.3, 3.6)
+
+
+def build_two_deployments_colliding_rooms(w: World) -> Built:
+    """Two PD deployments (dc1, dc2), each a prefill and a decode host behind its own router, in one
+    collection. Both clusters use the same private addresses (each prefill is 10.0.0.5, each decode
+    10.0.0.6) and dc2's router numbers rooms as dc1's does: dc2's requests reuse dc1's room numbers.
+    dc1 has the operator's incident (a decode-only restart on a build without the watchdog leaves
+    three requests pinned in its prefill); dc2 is healthy."""
+    end, s = 330.0, TWIN_RESTART_AT
+    pres, decs = [], []
+    for k, (dc, tz) in enumerate((("dc1", 0), ("dc2", 60))):
+        hp = w.host(f"{dc}-prefill-0", tz_min=tz, ip="10.0.0.5")
+        hd = w.host(f"{dc}-decode-0", tz_min=tz, skew_s=0.02 * (k + 1), ip="10.0.0.6")
+        pres.append(dsv4("prefill", hp, V0_5_14, 4, access_log_health=False))
+        decs.append(dsv4("decode", hd, V0_5_14, 4, access_log_health=False, health_generate=False))
+    pprocs = [[B.running_proc(w, pre)] for pre in pres]
+    dprocs = [[B.running_proc(w, dec)] for dec in decs]
+    fleet = Fleet(pres, decs, pprocs, dprocs)
+
+    def routed(first: int, pe: int | None, de: int | None) -> None:
+        for i in range(first, len(w.reqs)):
+            fleet.special[i] = (pe, de)
+
+    def bulk(k: int, t0: float, t1: float) -> None:
+        B.traffic(w, pres[k], decs[k], t0, t1, rate=1 / 14)
+        fleet.routes.append(w.bulk[-1].select("key", pe=pl.lit(k, pl.Int32), de=pl.lit(k, pl.Int32)))
+
+    d = dprocs[0][0]
+    d2 = B.restart(w, d, s, kill_after=20.0, ready_after=36.0)
+    dprocs[0].append(d2)
+    for k in range(2):  # the router's /health probes keep each prefill's gauge printing
+        n = len(w.reqs)
+        B.health_checks(w, pres[k], -60.0, end)
+        routed(n, k, None)
+    bulk(0, -60.0, s - 3.0)
+    bulk(0, d2.t_ready + 2.0, end)
+    bulk(1, -60.0, end)
+    n = len(w.reqs)
+    for k, t in enumerate((s - 8.0, s - 5.5)):  # still decoding on dc1's decode when it is killed: lost
+        _pinned(w, t, pres[0], out_len=2600 + 300 * k)
+    pins = [_pinned(w, s + dt, pres[0]) for dt in TWIN_PINS]
+    both = _pinned(w, TWIN_BOTH_DONE[0], pres[0], out_len=200, in_len=3000)
+    routed(n, 0, 0)
+    n = len(w.reqs)
+    for r, dt in ((pins[1], TWIN_NEAR), (pins[0], TWIN_FAR), (both, TWIN_BOTH_DONE[1])):
+        twin = _pinned(w, r.t_arr + dt, pres[1], out_len=200, in_len=3000)
+        w.rooms_used.discard(twin.room)
+        twin.room = r.room
+    routed(n, 1, 1)
+    _reuse_rooms(w, end)
+    flat_p, _ = fleet.flat(pprocs)
+    flat_d, _ = fleet.flat(dprocs)
+    return Built(pres[0], decs[0], flat_p, flat_d, fleet=fleet)
+
+
+def _reuse_rooms(w: World, end: float) -> None:
+    """dc2's k-th request (by arrival) takes the room of dc1's k-th, where both arrive well inside
+    the window (their lines all in it) and at least TWIN_FAR_S apart: nothing but their time tells
+    the two apart. The rest keep rooms of their own."""
+    first, second = pl.concat(w.bulk[:2]), w.bulk[2]
+    inside = (pl.col("t_arr") >= 10.0) & (pl.col("t_arr") <= end - 40.0)
+    a = first.filter(inside).sort("t_arr").select(a_t="t_arr", a_room="room").with_row_index("k")
+    b = second.filter(inside).sort("t_arr").select("key", b_t="t_arr").with_row_index("k")
+    reuse = a.join(b, on="k").filter((pl.col("a_t") - pl.col("b_t")).abs() >= TWIN_FAR_S)
+    w.bulk[2] = (
+        second.join(reuse.select("key", "a_room"), on="key", how="left", maintain_order="left")
+        .with_columns(room=pl.coalesce("a_room", "room"))
+        .drop("a_room")
+    )
+
+
+SCENARIOS["two_deployments_colliding_rooms"] = Scenario(
+    "two_deployments_colliding_rooms",
+    "Two PD deployments in one collection (0.5.14 without the watchdog, TP4+TP4, L1; dc1 and dc2, a "
+    "prefill and a decode host each, behind their own routers) on the same private addresses (both "
+    "prefills 10.0.0.5) whose routers number rooms alike: dc2's requests reuse dc1's rooms. dc1's "
+    "decode-only restart pins three requests in dc1's prefill; dc2 is healthy and completes rooms "
+    "dc1 pinned, one of them 2.5 s before dc1's request of that room.",
+    build_two_deployments_colliding_rooms,
+    verdict="watchdog_missed",
+    evidence_level="L1",
+    watchdog_timeout_s=60,
+    watchdog_deployed=None,
+    verdict_options={"watchdog_timeout_s": 60},
+    notes='Identity is (deployment, room) (design.md, "Same request"): a room both prefills logged is one '
+    "request per prefill (`deployment` = `prefill <host>`). A decode side goes with the prefill its "
+    "Receive: can be (the address it names, within 30 s): dc2 reusing a room 45 s or more after (or "
+    "before) dc1 is placed by time, so the first pin stays dc1's `silent_pin` and dc2's request of that "
+    "room `completed`. The second pin's room, received by dc2 2.5 s before dc1, cannot be placed: dc1's "
+    "request is `silent_pin` on its own prefill's lines, dc2's `undecided` (its prefill finished it; which "
+    "decode side is its own, and whether it finished, is not known), and each decode side is a request of "
+    "its own (`decode <host>`, `undecided`). A room both deployments completed 3.6 s apart is `completed` "
+    "twice, naming no decode rid (every pairing reads the same).",
 )

@@ -27,6 +27,8 @@
 --                            prefill start without one, says more.
 --   pdf_instance             the prefill host one fleet instance's judgement is scoped to
 --                            (08_instances.sql; pdforensics.verdict sets it on its own connection).
+--   pdf_foreign_sides        inside that scope: the other prefills' sides of the rooms the instance
+--                            shares with them (08_instances.sql shared_prefill_sides, on its clock).
 --   pdf_fleet_timeout_s, pdf_fleet_timeout_basis   for one instance of a fleet: the timeout the
 --                            other instances' lines show, used when the instance's own lines show
 --                            none (builds differ; the operator's expectation is the fleet's).

@@ -79,11 +79,22 @@ common_lines AS (
 -- each: their lines then go with each such holder; a per-instance scope sees every deployment's
 -- decode lines on a shared address); otherwise each is a request of its own (holder
 -- `decode <host>`) and those holders' rows say so (d_unpaired): never completed by a guess.
+-- A prefill instance's scope (08_instances.sql) hides the other prefills' lines: their sides of
+-- its rooms come in as pdf_foreign_sides (unset outside a scope), so a decode side is placed in
+-- the scope as in the whole file, never with the one prefill left in view by elimination.
+foreign_sides AS MATERIALIZED (
+    SELECT s.bootstrap_room, s.host, s.recv_t, s.addresses
+    FROM (SELECT unnest(getvariable('pdf_foreign_sides')::STRUCT(bootstrap_room UBIGINT, host VARCHAR, recv_t BIGINT,
+                                                                 addresses VARCHAR[])[]) AS s) AS f
+    WHERE s.bootstrap_room IN (SELECT bootstrap_room FROM common_lines)
+),
 shared_rooms AS MATERIALIZED (
     SELECT bootstrap_room FROM common_lines
     GROUP BY bootstrap_room
     HAVING count(DISTINCT host) FILTER (WHERE engine = 'prefill') > 1
         OR count(DISTINCT host) FILTER (WHERE engine = 'decode') > 1
+    UNION
+    SELECT bootstrap_room FROM foreign_sides
 ),
 room_sides AS MATERIALIZED (
     SELECT bootstrap_room, engine, host, engine || ' ' || host AS holder,
@@ -93,12 +104,18 @@ room_sides AS MATERIALIZED (
     FROM common_lines
     WHERE engine IN ('prefill', 'decode') AND bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
     GROUP BY ALL
+    UNION ALL
+    SELECT bootstrap_room, 'prefill' AS engine, host, 'prefill ' || host AS holder, false AS finished, recv_t,
+        array_length(addresses) AS n_addresses
+    FROM foreign_sides
 ),
 side_addresses AS MATERIALIZED (
     SELECT DISTINCT bootstrap_room, engine, host, bootstrap_host AS address
     FROM common_lines
     WHERE engine IN ('prefill', 'decode') AND bootstrap_host IS NOT NULL
       AND bootstrap_room IN (SELECT bootstrap_room FROM shared_rooms)
+    UNION
+    SELECT bootstrap_room, 'prefill' AS engine, host, unnest(addresses) AS address FROM foreign_sides
 ),
 fits AS MATERIALIZED (
     SELECT d.bootstrap_room, d.host, p.holder
@@ -345,5 +362,7 @@ SELECT
 FROM facts AS f
 FULL JOIN rare AS r ON r.bootstrap_room = f.bootstrap_room AND r.holder = f.holder
 LEFT JOIN pooled AS u ON u.bootstrap_room = coalesce(f.bootstrap_room, r.bootstrap_room) AND u.holder = coalesce(f.holder, r.holder)
--- lines of a shared room placed with no holder are not a request of their own
-WHERE coalesce(f.holder, r.holder) <> '?';
+-- lines of a shared room placed with no holder are not a request of their own; in a prefill
+-- instance's scope, the decode sides placed with another prefill are that prefill's
+WHERE coalesce(f.holder, r.holder) <> '?'
+  AND coalesce(f.holder, r.holder) NOT IN (SELECT 'prefill ' || host FROM foreign_sides);

@@ -59,6 +59,25 @@ UNION ALL
 SELECT DISTINCT engine, host, rid, bootstrap_room FROM keyed
 WHERE rid IS NULL AND (coalesce(names_own, false) OR (coalesce(own_room, false) AND NOT coalesce(names_foreign, false)));
 
+-- Each prefill host's side of a room two prefill hosts logged (two deployments numbering rooms
+-- alike), its Receive: on the reference clock. X's scope hides the other prefills' lines, yet
+-- their sides of X's rooms decide which decode side is X's (04_room_facts.sql, foreign_sides):
+-- fleet.instance_scope reads them here, on the whole file, and hands them to the scope.
+CREATE OR REPLACE VIEW shared_prefill_sides AS
+WITH shared AS MATERIALIZED (
+    SELECT bootstrap_room FROM events
+    WHERE engine = 'prefill' AND event = 'request_received' AND bootstrap_room <> 0
+    GROUP BY bootstrap_room HAVING count(DISTINCT host) > 1
+)
+SELECT e.bootstrap_room, e.host,
+    min(e.t_us) FILTER (WHERE e.event = 'request_received') AS recv_t,
+    coalesce(list(DISTINCT e.bootstrap_host ORDER BY e.bootstrap_host) FILTER (WHERE e.bootstrap_host IS NOT NULL), [])
+        AS addresses
+FROM room_events AS e
+WHERE e.engine = 'prefill' AND e.bootstrap_room IN (SELECT bootstrap_room FROM shared)
+  AND e.event IN ('request_received', 'request_finished', 'req_time_stats')
+GROUP BY e.bootstrap_room, e.host;
+
 CREATE OR REPLACE VIEW instance_events AS
 WITH
 x AS (SELECT getvariable('pdf_instance')::VARCHAR AS host),

@@ -62,6 +62,63 @@ FROM events AS e, room_facts__upto AS upto
 WHERE
   e.line_id > upto.line_id AND NOT e.bootstrap_room IS NULL;
 
+CREATE OR REPLACE TEMPORARY VIEW room_facts__foreign_sides AS
+WITH common_lines AS (
+  /* k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats, */
+  /*    11/12/14 the same on decode */
+  SELECT
+    bootstrap_room,
+    host,
+    engine,
+    rid,
+    t_us,
+    bootstrap_host,
+    CASE event
+      WHEN 'request_received'
+      THEN 1
+      WHEN 'req_time_stats'
+      THEN 4
+      WHEN 'request_finished'
+      THEN CASE WHEN reason_kind IS NULL THEN 2 ELSE 3 END
+      ELSE 0
+    END + CASE WHEN engine = 'decode' THEN 10 ELSE 0 END AS k,
+    CASE WHEN event = 'req_time_stats' THEN entry_time_us - offset_us END AS entry_t,
+    bootstrap_ms,
+    queue_ms,
+    forward_ms
+  FROM room_events
+  WHERE
+    bootstrap_room IN (
+      SELECT
+        bootstrap_room
+      FROM room_facts__redo AS redo
+    )
+)
+SELECT
+  s.bootstrap_room,
+  s.host,
+  s.recv_t,
+  s.addresses
+FROM (
+  SELECT
+    EXPLODE(
+      CAST(NULL AS ARRAY<
+        STRUCT<
+          bootstrap_room: DECIMAL(20, 0),
+          host: STRING,
+          recv_t: BIGINT,
+          addresses: ARRAY<STRING>
+        >
+      >)
+    ) AS s
+) AS f
+WHERE
+  s.bootstrap_room IN (
+    SELECT
+      bootstrap_room
+    FROM common_lines
+  );
+
 CREATE OR REPLACE TEMPORARY VIEW room_facts__shared_rooms AS
 WITH common_lines AS (
   /* k: 1 prefill Receive:, 2 prefill Finish: (success: its KV was sent), 4 prefill ReqTimeStats, */
@@ -103,7 +160,11 @@ HAVING
   COUNT(DISTINCT host) FILTER(WHERE
     engine = 'prefill') > 1
   OR COUNT(DISTINCT host) FILTER(WHERE
-    engine = 'decode') > 1;
+    engine = 'decode') > 1
+UNION
+SELECT
+  bootstrap_room
+FROM room_facts__foreign_sides AS foreign_sides;
 
 CREATE OR REPLACE TEMPORARY VIEW room_facts__room_sides AS
 WITH common_lines AS (
@@ -154,7 +215,17 @@ WHERE
       bootstrap_room
     FROM room_facts__shared_rooms AS shared_rooms
   )
-GROUP BY ALL;
+GROUP BY ALL
+UNION ALL
+SELECT
+  bootstrap_room,
+  'prefill' AS engine,
+  host,
+  'prefill ' || host AS holder,
+  FALSE AS finished,
+  recv_t,
+  SIZE(addresses) AS n_addresses
+FROM room_facts__foreign_sides AS foreign_sides;
 
 CREATE OR REPLACE TEMPORARY VIEW room_facts__side_addresses AS
 WITH common_lines AS (
@@ -201,7 +272,14 @@ WHERE
     SELECT
       bootstrap_room
     FROM room_facts__shared_rooms AS shared_rooms
-  );
+  )
+UNION
+SELECT
+  bootstrap_room,
+  'prefill' AS engine,
+  host,
+  EXPLODE(addresses) AS address
+FROM room_facts__foreign_sides AS foreign_sides;
 
 CREATE OR REPLACE TEMPORARY VIEW room_facts__fits AS
 SELECT
@@ -1286,7 +1364,13 @@ FULL JOIN rare AS r
 LEFT JOIN pooled AS u
   ON u.bootstrap_room = COALESCE(f.bootstrap_room, r.bootstrap_room)
   AND u.holder = COALESCE(f.holder, r.holder)
-/* lines of a shared room placed with no holder are not a request of their own */
+/* lines of a shared room placed with no holder are not a request of their own; in a prefill */
+/* instance's scope, the decode sides placed with another prefill are that prefill's */
 WHERE
-  COALESCE(f.holder, r.holder) <> '?';
+  COALESCE(f.holder, r.holder) <> '?'
+  AND NOT COALESCE(f.holder, r.holder) IN (
+    SELECT
+      'prefill ' || host
+    FROM room_facts__foreign_sides AS foreign_sides
+  );
 
