@@ -39,6 +39,18 @@ scenario's). The CRI cut's original is the same logs as whole `F` records; plain
 logs already (`cri_split_records`) are read back into whole lines first. `non_pd_prefill_name`
 stays in: no mutation of a log the tool cannot judge may make it green.
 
+`dst_shift` (issue 29): each scenario the simulator builds, re-simulated with its hosts' local time
+in Europe/Berlin and `now` at tests/test_dst.py's `SIMULATED_CHANGE` (01:03Z, 3 min after 03:00 CEST
+became 02:00 CET: an incident of 5 min or more runs through the change, its plain files show
+02:00-03:00 twice; short_window's 40 s lie in the second pass only). Its original is the
+re-simulation's journal (UTC instants); the case reads its plain files with `--tz Europe/Berlin`.
+Both take the re-simulation's expected.json for their options and ingest windows; the plain files
+hold every SGLang line the journal does (not systemd's own), so the case is checked as the CRI cut
+is (no instance may go missing, every open room must stay open). Where the plain files hold
+lines journald dropped (`by_input.plain`: hole_hides_firing's firing, which they rightly report),
+the journal is no original for them: the same re-simulation's plain files in UTC (no repeated hour)
+are. Re-simulations are made once per scenario (and zone) per session.
+
 Each case ingests into a copy of an empty database on which the views are already installed (made
 once per session): the same schema and views a fresh ingest creates, without its second of
 installing them. Original verdicts are computed once per scenario per session.
@@ -47,6 +59,7 @@ installing them. Original verdicts are computed once per scenario per session.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import random
 import shutil
@@ -63,10 +76,14 @@ from pdforensics import store
 from pdforensics.catalog import load_catalog
 from pdforensics.ingest import ingest
 from pdforensics.paths import fixtures_dir
+from pdforensics.simulate import SCENARIOS as SIMULATED
 from pdforensics.simulate import mutate as mu
+from pdforensics.simulate import simulate, simulate_plain
 from pdforensics.sources import Selection
 from pdforensics.sources.detect import open_file_source
+from pdforensics.timewindow import parse_instant
 from pdforensics.verdict import compute_verdict, install_views
+from tests.test_dst import SIMULATED_CHANGE
 from tests.test_scenarios import expected_of, options, windows
 
 ENV = "PDF_METAMORPHIC"
@@ -79,6 +96,7 @@ TIME_POINTS = (0.25, 0.5, 0.75)
 CLOCK_SHIFTS_S = (30, -300, 300)
 CRI_STYLES = ("walk", "walk2", "edges")
 PARTNER, PARTNER_OF_PARTNER = "healthy", "abort_storm_clean"
+DST_ZONE = "Europe/Berlin"
 
 
 def greener(a: str, b: str) -> bool:
@@ -181,6 +199,8 @@ def cases_of(scenario: str) -> list[Case]:
     if sorted((fixtures_dir() / scenario / "plain").glob("*.log")):
         for style in CRI_STYLES:
             add("cri_cut", style=style)
+    if scenario in SIMULATED:  # the simulator re-runs it in local time across the DST change
+        add("dst_shift", tz=DST_ZONE, now=SIMULATED_CHANGE)
     return out
 
 
@@ -341,6 +361,55 @@ def cri_baseline(scenario: str) -> Judged:
         return judge_cri(scenario, None, Path(work))
 
 
+@cache
+def dst_run(scenario: str, zone: str = DST_ZONE) -> Path:
+    """The scenario re-simulated with its hosts' local time in `zone` and `now` at
+    `SIMULATED_CHANGE`: journal.json, expected.json and plain/ (once per session, removed at exit)."""
+    work = tempfile.mkdtemp(prefix=f"pdf-metamorphic-dst-{scenario}-")
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    now = parse_instant(SIMULATED_CHANGE, 0)
+    out = simulate(scenario, Path(work), now_us=now, tz=zone, formats=("json",))
+    simulate_plain(scenario, out, now_us=now, tz=zone)
+    return out
+
+
+@cache
+def dst_entries(scenario: str) -> list[mu.Entry]:
+    return mu.read_entries(dst_run(scenario) / "journal.json")
+
+
+@cache
+def dst_expected(scenario: str) -> dict:
+    return json.loads((dst_run(scenario) / "expected.json").read_text())
+
+
+@cache
+def dst_baseline(scenario: str) -> Judged:
+    """The re-simulation's journal, judged; where its plain files hold what journald dropped
+    (`by_input.plain`: they answer otherwise, and rightly), the same plain files in UTC instead."""
+    with tempfile.TemporaryDirectory() as work:
+        if "plain" in dst_expected(scenario).get("by_input", {}):
+            return judge_dst_plain(scenario, Path(work), "UTC")
+        return judge_entries(dst_entries(scenario), dst_expected(scenario), Path(work))
+
+
+def judge_dst_plain(scenario: str, work: Path, zone: str = DST_ZONE) -> Judged:
+    """The plain files of the re-simulation in `zone`, read with `--tz zone` as test_scenarios
+    reads plain files (one ingest per file per window); options and windows from `DST_ZONE`'s."""
+    exp = dst_expected(scenario)
+    files = []
+    for log in sorted((dst_run(scenario, zone) / "plain").glob("*.log")):
+        host = next(h for h in exp["hosts"] if log.name.startswith(h + "-"))
+        files.append((log, host, log.stem[len(host) + 1 :]))
+
+    def feed(db: Path, window: Any) -> None:
+        for log, host, unit in files:
+            source = open_file_source(log, host=host, unit=unit)
+            ingest(db, [source], Selection(window=window), catalog(), tz=zone, views=False)
+
+    return judge(exp, work, feed)
+
+
 # ------------------------------------------------------------------ mutating
 
 
@@ -491,6 +560,12 @@ def test_mutation_is_never_greener(case: Case, tmp_path: Path) -> None:
         got = judge_cri(case.scenario, case["style"], tmp_path)
         check(case, [Deployment("", case.scenario, orig, {})], got, None)
         return
+    if case.mutation == "dst_shift":
+        orig = dst_baseline(case.scenario)
+        got = judge_dst_plain(case.scenario, tmp_path)
+        addresses = mu.prefill_addresses(dst_entries(case.scenario))
+        check(case, [Deployment("", case.scenario, orig, addresses)], got, None)
+        return
     entries, conc = mutated(case)
     got = judge_entries(entries, expected_of(case.scenario), tmp_path)
     first = Deployment(
@@ -520,6 +595,8 @@ def test_grid_covers_every_scenario_and_mutation() -> None:
     kinds = {c.mutation for c in GRID}
     assert kinds == {
         "delete_stretch", "drop_host", "drop_unit", "drop_prefill_end", "strip_queue_field",
-        "restart_onto_build_without_field", "concatenate", "shift_clock", "cri_cut",
+        "restart_onto_build_without_field", "concatenate", "shift_clock", "cri_cut", "dst_shift",
     }  # fmt: skip
+    dst = [c.scenario for c in GRID if c.mutation == "dst_shift"]  # one per scenario the simulator builds
+    assert dst and sorted(dst) == sorted(set(SCENARIOS) & set(SIMULATED))
     assert len({c.id for c in GRID}) == len(GRID)
