@@ -90,10 +90,28 @@ def test_a_scrape_gap_breaks_the_stretch(log: Log) -> None:
 
 
 def test_another_hosts_gauge_is_not_this_prefills(log: Log) -> None:
-    """A series mapped to a host with no prefill lines (another deployment's target) judges nothing."""
+    """A series of a prefill with no line in the window (its journal rotated away, or another
+    deployment's target) is not gpu-a's: gpu-a's answer is its own, and the window names gpu-z as a
+    prefill only the metrics show, judged from its gauge alone and never healthy."""
     idle_after_traffic(log)
     scrapes(log, 120, 390, 1, host="gpu-z")
-    assert log.verdict().verdict == "nothing_stuck"
+    v = log.verdict()
+    assert v.verdict == "inconclusive", v.reasons
+    [only] = [r for r in v.reasons if r.startswith("the metrics show prefill gpu-z")]
+    assert "28 scrape(s) of its inflight gauge" in only and "it held at least 1 request(s) for 270 s" in only
+    assert not any(r.startswith("the metrics show gpu-a") for r in v.reasons)
+
+
+@pytest.mark.parametrize(("value", "says"), [(0, "the gauge read 0 throughout"), (1, "it held at least 1")])
+def test_metrics_alone_never_earn_nothing_stuck(log: Log, value: int, says: str) -> None:
+    """The journal rotated away: only the gauge is left. A 0 is the last count SGLang set, not the
+    queue since; a run held past timeout + grace may be a pin no line names: inconclusive either way,
+    the reason saying which."""
+    scrapes(log, 0, 300, value)
+    v = log.verdict()
+    assert v.verdict == "inconclusive", v.reasons
+    [only] = [r for r in v.reasons if r.startswith("the metrics show prefill gpu-a")]
+    assert says in only and "metrics alone never earn nothing_stuck" in only
 
 
 def test_the_gauge_is_read_where_the_logs_were_quiet_only(log: Log) -> None:

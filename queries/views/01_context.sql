@@ -969,7 +969,8 @@ abort_rooms AS MATERIALIZED (
 ),
 -- ------------------------------------------------------------------- the universe of instances
 -- Every prefill instance some line names (design.md, "Exists"): the decode's `bootstrap_host`
--- (the router puts the prefill's address in both legs) and router lines naming a prefill worker.
+-- (the router puts the prefill's address in both legs), router lines naming a prefill worker and
+-- a prefill's Prometheus target.
 -- A named address that no collected prefill answers to (its own Receive: lines carry it, or it is
 -- the host's name) is an instance whose lines are absent: `unobserved`. Prefill hosts that log no
 -- Receive: (L0) have no known address: only the named addresses beyond their number are surely
@@ -988,6 +989,15 @@ prefill_mentions AS MATERIALIZED (
             count(*)
         FROM events AS e JOIN gb ON e.ts_us >= gb.lo_us AND e.ts_us <= gb.hi_us
         WHERE e.event = 'router_log' AND e.addr IS NOT NULL AND json_extract_string(e.extra, '$.worker_role') = 'prefill'
+        GROUP BY ALL
+        UNION ALL
+        -- a prefill's Prometheus target (ingest --prometheus): by the log host it was matched to,
+        -- else its instance label's host; judged in the whole window only (a fleet instance's
+        -- scope holds one prefill's lines, and the other targets are not its own)
+        SELECT coalesce(m.host, regexp_extract(m.instance, '^(?:[a-z]+://)?\[?([^\]/:]+)', 1)),
+            format('prometheus target {} (job {})', coalesce(m.instance, '?'), coalesce(m.job, '?')), count(*)
+        FROM metric_samples AS m JOIN gb ON m.ts_us >= gb.lo_us AND m.ts_us <= gb.hi_us
+        WHERE m.engine = 'prefill' AND getvariable('pdf_instance') IS NULL
         GROUP BY ALL
     )
     WHERE coalesce(address, '') <> ''

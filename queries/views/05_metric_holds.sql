@@ -66,3 +66,49 @@ FROM held AS h
 JOIN longest AS l USING (series, run_id)
 CROSS JOIN c
 WHERE l.quiet_us > c.stuck_us;
+
+-- Prefill targets the metrics show and no line of the window does (the journal rotated away, a
+-- host's file never collected, a target --prometheus-map does not name): instances of the
+-- universe judged from the gauge alone, never healthy. The gauge is set with a batch line, or
+-- every 30 s while the scheduler is fully idle (0.5.23: only while every queue, the PD ones too,
+-- is empty): a 0 is the last count, not a sample of the queue since, so metrics alone never earn
+-- `nothing_stuck`; a run held >= 1 past timeout + grace may be a pin no line is left to name. Judged
+-- in the whole window only (a fleet instance's scope holds one prefill's lines: the others'
+-- gauges are not its own).
+CREATE OR REPLACE VIEW metric_only_prefills AS
+WITH
+c AS MATERIALIZED (SELECT * FROM context),
+g AS (
+    SELECT coalesce(m.host, m.instance, '') AS target, m.series, m.ts_us AS t_us, m.value,
+        m.ts_us - lag(m.ts_us) OVER (PARTITION BY m.series ORDER BY m.ts_us) AS step_us
+    FROM metric_samples AS m, c
+    WHERE getvariable('pdf_instance') IS NULL AND m.engine = 'prefill'
+      AND m.metric IN ('sglang:num_prefill_inflight_queue_reqs', 'sglang:num_prefill_infight_queue_reqs')
+      AND coalesce(m.host, '') NOT IN (SELECT unnest(prefill_hosts) FROM c)
+      AND (c.start_t IS NULL OR m.ts_us >= c.start_t) AND (c.end_t IS NULL OR m.ts_us <= c.end_t)
+),
+cadence AS (SELECT series, median(step_us) AS interval_us FROM g GROUP BY series),
+runs AS (
+    SELECT g.*, x.interval_us, g.step_us > 2 * x.interval_us AS gap,
+        sum(CASE WHEN g.value < 1 OR g.step_us IS NULL OR g.step_us > 2 * x.interval_us THEN 1 ELSE 0 END)
+            OVER (PARTITION BY g.series ORDER BY g.t_us) AS run_id
+    FROM g JOIN cadence AS x USING (series)
+),
+held AS (
+    SELECT target, series, run_id, min(t_us) AS from_t, max(t_us) - min(t_us) AS held_us, min(value) AS at_least
+    FROM runs WHERE value >= 1
+    GROUP BY ALL
+),
+longest AS (
+    SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY target ORDER BY held_us DESC, from_t) AS k FROM held)
+    WHERE k = 1
+)
+SELECT r.target, count(*) AS scrapes, min(r.t_us) AS from_t, max(r.t_us) AS to_t,
+    median(r.interval_us) AS interval_us, count(*) FILTER (WHERE r.gap) AS gaps,
+    max(r.value) AS peak, any_value(l.from_t) AS held_from, any_value(l.held_us) AS held_us,
+    CAST(any_value(l.at_least) AS BIGINT) AS at_least,
+    coalesce(any_value(l.held_us) > any_value(c.stuck_us), false) AS held_past_timeout
+FROM runs AS r
+LEFT JOIN longest AS l USING (target)
+CROSS JOIN c
+GROUP BY r.target;

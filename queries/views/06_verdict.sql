@@ -709,7 +709,9 @@ reasons AS MATERIALIZED (
     WHERE NOT f.stepped AND f.n > 0
     UNION ALL
     SELECT 34, 'undecided',
-        CASE WHEN c.data_end_us IS NULL AND stored.n = 0
+        CASE WHEN c.data_end_us IS NULL AND stored.n = 0 AND EXISTS (SELECT 1 FROM metric_only_prefills)
+            THEN 'no log lines in the window: the database holds Prometheus samples only (the journal rotated away, or was not ingested); what the gauges alone show is below'
+            WHEN c.data_end_us IS NULL AND stored.n = 0
             THEN 'no lines in the window: the database holds no line (nothing was ingested: check --unit / --since / journal access)'
             WHEN c.data_end_us IS NULL
             THEN format('no lines in the window: {} line(s) stored, none with a time I know (its prefix may be a form I do not know: ingest --prefixes adds one; or pass --tz / --date)',
@@ -768,6 +770,17 @@ reasons AS MATERIALIZED (
             CASE WHEN host = '' THEN 'the prefill' ELSE host END, at_least, pdf_ts(from_t), pdf_ts(to_t), scrapes,
             interval_us / 1e6, quiet_us / 1e6, pdf_ts(quiet_from))
     FROM metric_quiet_holds
+    UNION ALL
+    SELECT 38, 'undecided',
+        format('the metrics show prefill {} ({} scrape(s) of its inflight gauge, {} to {}, every {:.0f} s{}) and no line of it is in the window (its journal rotated away, its file was not collected, --prometheus-map does not name it, or it is another deployment''s target: --match reads one deployment''s): {}; SGLang sets that gauge only with a batch line, or every 30 s while fully idle, so a 0 is the last count, not the queue since: metrics alone never earn nothing_stuck (docs/prometheus.md)',
+            CASE WHEN target = '' THEN '?' ELSE target END, scrapes, pdf_ts(from_t), pdf_ts(to_t), interval_us / 1e6,
+            CASE WHEN gaps > 0 THEN format(', {} scrape gap(s)', gaps) ELSE '' END,
+            CASE WHEN held_past_timeout
+                 THEN format('it held at least {} request(s) for {:.0f} s from {}, past the timeout + grace: a pin may be there, and no line is left to name it or to show the watchdog release it',
+                             at_least, held_us / 1e6, pdf_ts(held_from))
+                 WHEN peak >= 1 THEN format('nothing held past the timeout + grace (peak {:.0f})', peak)
+                 ELSE 'the gauge read 0 throughout' END)
+    FROM metric_only_prefills
     UNION ALL
     SELECT 46, 'evidence',
         format('metrics beside the logs: {} scrape(s) of the inflight gauge of {} (every {:.0f} s, the resolution of what they show; docs/prometheus.md)',

@@ -2060,6 +2060,26 @@ FROM (
     AND NOT e.addr IS NULL
     AND GET_JSON_OBJECT(e.extra, '$.worker_role') = 'prefill'
   GROUP BY ALL
+  UNION ALL
+  /* a prefill's Prometheus target (ingest --prometheus): by the log host it was matched to, */
+  /* else its instance label's host; judged in the whole window only (a fleet instance's */
+  /* scope holds one prefill's lines, and the other targets are not its own) */
+  SELECT
+    COALESCE(m.host, REGEXP_EXTRACT(m.instance, '^(?:[a-z]+://)?\\[?([^\\]/:]+)')),
+    CONCAT(
+      'prometheus target ',
+      CAST(COALESCE(m.instance, '?') AS STRING),
+      ' (job ',
+      CAST(COALESCE(m.job, '?') AS STRING),
+      ')'
+    ),
+    COUNT(*)
+  FROM metric_samples AS m
+  JOIN context__gb AS gb
+    ON m.ts_us >= gb.lo_us AND m.ts_us <= gb.hi_us
+  WHERE
+    m.engine = 'prefill' AND NULL IS NULL
+  GROUP BY ALL
 )
 WHERE
   COALESCE(address, '') <> ''

@@ -2228,6 +2228,14 @@ SELECT
   34,
   'undecided',
   CASE
+    WHEN c.data_end_us IS NULL
+    AND stored.n = 0
+    AND EXISTS(
+      SELECT
+        1
+      FROM metric_only_prefills
+    )
+    THEN 'no log lines in the window: the database holds Prometheus samples only (the journal rotated away, or was not ingested); what the gauges alone show is below'
     WHEN c.data_end_us IS NULL AND stored.n = 0
     THEN 'no lines in the window: the database holds no line (nothing was ingested: check --unit / --since / journal access)'
     WHEN c.data_end_us IS NULL
@@ -2549,6 +2557,56 @@ SELECT
     ' with no line of its own showing that queue: SGLang sets that gauge only with a batch line, or every 30 s while fully idle, so a request held there (or a queue that kept its scheduler busy) cannot be told from the last batch\'s count, and its lines do not say it left; nothing may be called healthy (docs/prometheus.md)'
   )
 FROM metric_quiet_holds
+UNION ALL
+SELECT
+  38,
+  'undecided',
+  CONCAT(
+    'the metrics show prefill ',
+    CAST(CASE WHEN target = '' THEN '?' ELSE target END AS STRING),
+    ' (',
+    CAST(scrapes AS STRING),
+    ' scrape(s) of its inflight gauge, ',
+    CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
+      from_t
+    ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+    ' to ',
+    CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
+      to_t
+    ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+    ', every ',
+    FORMAT_STRING('%.0f', BROUND(interval_us / 1e6, 0)),
+    ' s',
+    CAST(CASE
+      WHEN gaps > 0
+      THEN CONCAT(', ', CAST(gaps AS STRING), ' scrape gap(s)')
+      ELSE ''
+    END AS STRING),
+    ') and no line of it is in the window (its journal rotated away, its file was not collected, --prometheus-map does not name it, or it is another deployment\'s target: --match reads one deployment\'s): ',
+    CAST(CASE
+      WHEN held_past_timeout
+      THEN CONCAT(
+        'it held at least ',
+        CAST(at_least AS STRING),
+        ' request(s) for ',
+        FORMAT_STRING('%.0f', BROUND(held_us / 1e6, 0)),
+        ' s from ',
+        CAST(DATE_FORMAT(TIMESTAMP_MICROS(CAST((
+          held_from
+        ) AS BIGINT)), 'yyyy-MM-dd HH:mm:ss\'Z\'') AS STRING),
+        ', past the timeout + grace: a pin may be there, and no line is left to name it or to show the watchdog release it'
+      )
+      WHEN peak >= 1
+      THEN CONCAT(
+        'nothing held past the timeout + grace (peak ',
+        FORMAT_STRING('%.0f', BROUND(peak, 0)),
+        ')'
+      )
+      ELSE 'the gauge read 0 throughout'
+    END AS STRING),
+    '; SGLang sets that gauge only with a batch line, or every 30 s while fully idle, so a 0 is the last count, not the queue since: metrics alone never earn nothing_stuck (docs/prometheus.md)'
+  )
+FROM metric_only_prefills
 UNION ALL
 SELECT
   46,
