@@ -105,11 +105,9 @@ def _rounds_sent(run) -> int:  # type: ignore[no-untyped-def]
 def test_each_brake_stops_the_drill(standin: Standin, build: str, brakes: Brakes, name: str) -> None:
     dep = standin(build)
     plan = small_plan(dep, rounds=6, brakes=brakes)
-    t0 = time.monotonic()
     run = run_drill(plan)
     assert [b["brake"] for b in run.brakes] == [name], run.brakes
     assert _rounds_sent(run) < plan.requests  # stopped before the plan's end
-    assert time.monotonic() - t0 < 30
     assert dep.state.peak <= plan.concurrency
     # stopped at once: nothing the drill sent is still open on the stand-in
     deadline = time.monotonic() + 5

@@ -122,7 +122,7 @@ def test_a_timeless_line_inside_the_hour_keeps_its_pass(tmp_path: Path) -> None:
     assert [o for _, o in timed] == ["app_fold1"] * 5 + ["app_fold2"] * 6
 
 
-SIMULATED_CHANGE = "2026-10-25T01:03:00Z"  # 5 min after 03:00 CEST became 02:00 CET (Europe/Berlin)
+SIMULATED_CHANGE = "2026-10-25T01:03:00Z"  # 3 min after 03:00 CEST became 02:00 CET (Europe/Berlin)
 
 
 @pytest.mark.parametrize("scenario", ["decode_restart_old_build", "healthy"])
