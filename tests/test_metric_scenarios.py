@@ -145,3 +145,23 @@ def test_the_file_judges_as_the_server(served: Served, tmp_path: Path) -> None:
     by_server = judged(tmp_path / "s.duckdb", inc, logs=False, server=served.url)
     by_file = judged(tmp_path / "f.duckdb", inc, logs=False, file=inc.metrics)
     assert (by_file.verdict, by_file.reasons) == (by_server.verdict, by_server.reasons)
+
+
+def test_a_quiet_prefill_whose_gauge_holds_is_not_healthy(served: Served, tmp_path: Path) -> None:
+    """l0_anonymous_pins with the prefill's own lines gone from the window's middle on (its
+    `Prefill batch` lines stop; nothing says why): the server's gauge still reads the pins there,
+    and the window names it from the metrics, never greener than the logs alone."""
+    from pdforensics.simulate import mutate as mu
+
+    inc = served.incidents["l0_anonymous_pins"]
+    entries = mu.read_entries(inc.journal.with_name("journal.json"))
+    middle = (inc.since_us + inc.until_us) // 2
+    quiet = [e for e in entries if not (mu.engine_of(e) == "prefill" and mu.ts(e) > middle)]
+    assert len(quiet) < len(entries)
+    mu.write_entries(quiet, tmp_path / "journal.json")
+    edited = Incident(tmp_path / "journal.json", inc.metrics, inc.expected, inc.since_us, inc.until_us)
+    logs = judged(tmp_path / "logs.duckdb", edited, logs=True)
+    both = judged(tmp_path / "both.duckdb", edited, logs=True, server=served.url)
+    assert at_most_as_green(both, logs) and both.verdict != "nothing_stuck", both.reasons
+    held = [r for r in both.reasons if r.startswith("the metrics show glm-p01 holding at least")]
+    assert held and "with no line of its own showing that queue" in held[0], both.reasons
