@@ -10,28 +10,38 @@
 -- was not empty). Either way, past timeout + grace nothing may be called healthy there, and which
 -- request it was is not seen: `metric_quiet_holds` makes the verdict `inconclusive` (06_verdict).
 -- A run of scrapes breaks at a 0 and at a scrape gap (a step over twice the series' usual one).
--- Only the prefill hosts of the logs are judged (a fleet instance sees its own).
+-- A fleet instance's scope judges its own prefill's gauge only.
+
+-- Every prefill inflight-gauge scrape in the window (the whole data when no line bounds it), with
+-- its series' usual step and its run: a run of scrapes breaks at a value < 1 and at a scrape gap
+-- (a step over twice the series' median). The views below read it for the prefills of the logs
+-- (metric_inflight, metric_quiet_holds) and for those only the metrics show (metric_only_prefills).
+CREATE OR REPLACE VIEW metric_inflight_runs AS
+WITH
+c AS MATERIALIZED (SELECT * FROM context),
+g AS (
+    SELECT m.host, coalesce(m.host, m.instance, '') AS target, m.series, m.ts_us AS t_us, m.value,
+        m.ts_us - lag(m.ts_us) OVER (PARTITION BY m.series ORDER BY m.ts_us) AS step_us
+    FROM metric_samples AS m, c
+    WHERE m.engine = 'prefill'
+      -- builds before 0.5.x misspelt it
+      AND m.metric IN ('sglang:num_prefill_inflight_queue_reqs', 'sglang:num_prefill_infight_queue_reqs')
+      AND (c.start_t IS NULL OR m.ts_us >= c.start_t) AND (c.end_t IS NULL OR m.ts_us <= c.end_t)
+),
+cadence AS (SELECT series, median(step_us) AS interval_us FROM g GROUP BY series)
+SELECT g.*, x.interval_us, coalesce(g.step_us > 2 * x.interval_us, false) AS gap,
+    sum(CASE WHEN g.value < 1 OR g.step_us IS NULL OR g.step_us > 2 * x.interval_us THEN 1 ELSE 0 END)
+        OVER (PARTITION BY g.series ORDER BY g.t_us) AS run_id
+FROM g JOIN cadence AS x USING (series);
+
 CREATE OR REPLACE VIEW metric_inflight AS
-WITH c AS MATERIALIZED (SELECT * FROM context)
-SELECT m.host, m.series, m.ts_us AS t_us, m.value,
-    m.ts_us - lag(m.ts_us) OVER (PARTITION BY m.series ORDER BY m.ts_us) AS step_us
-FROM metric_samples AS m
-WHERE m.engine = 'prefill'
-  -- builds before 0.5.x misspelt it
-  AND m.metric IN ('sglang:num_prefill_inflight_queue_reqs', 'sglang:num_prefill_infight_queue_reqs')
-  AND m.host IN (SELECT unnest(prefill_hosts) FROM c)
-  AND m.ts_us BETWEEN (SELECT start_t FROM c) AND (SELECT end_t FROM c);
+SELECT host, series, t_us, value, step_us FROM metric_inflight_runs
+WHERE host IN (SELECT unnest(prefill_hosts) FROM context);
 
 CREATE OR REPLACE VIEW metric_quiet_holds AS
 WITH
 c AS MATERIALIZED (SELECT * FROM context),
-cadence AS (SELECT series, median(step_us) AS interval_us FROM metric_inflight GROUP BY series),
-runs AS (
-    SELECT g.*, x.interval_us,
-        sum(CASE WHEN g.value < 1 OR g.step_us IS NULL OR g.step_us > 2 * x.interval_us THEN 1 ELSE 0 END)
-            OVER (PARTITION BY g.series ORDER BY g.t_us) AS run_id
-    FROM metric_inflight AS g JOIN cadence AS x USING (series)
-),
+runs AS (SELECT * FROM metric_inflight_runs WHERE host IN (SELECT unnest(prefill_hosts) FROM c)),
 held AS (
     SELECT host, series, run_id, min(t_us) AS from_t, max(t_us) AS to_t, count(*) AS scrapes,
         min(value) AS at_least, any_value(interval_us) AS interval_us
@@ -78,21 +88,9 @@ WHERE l.quiet_us > c.stuck_us;
 CREATE OR REPLACE VIEW metric_only_prefills AS
 WITH
 c AS MATERIALIZED (SELECT * FROM context),
-g AS (
-    SELECT coalesce(m.host, m.instance, '') AS target, m.series, m.ts_us AS t_us, m.value,
-        m.ts_us - lag(m.ts_us) OVER (PARTITION BY m.series ORDER BY m.ts_us) AS step_us
-    FROM metric_samples AS m, c
-    WHERE getvariable('pdf_instance') IS NULL AND m.engine = 'prefill'
-      AND m.metric IN ('sglang:num_prefill_inflight_queue_reqs', 'sglang:num_prefill_infight_queue_reqs')
-      AND coalesce(m.host, '') NOT IN (SELECT unnest(prefill_hosts) FROM c)
-      AND (c.start_t IS NULL OR m.ts_us >= c.start_t) AND (c.end_t IS NULL OR m.ts_us <= c.end_t)
-),
-cadence AS (SELECT series, median(step_us) AS interval_us FROM g GROUP BY series),
 runs AS (
-    SELECT g.*, x.interval_us, g.step_us > 2 * x.interval_us AS gap,
-        sum(CASE WHEN g.value < 1 OR g.step_us IS NULL OR g.step_us > 2 * x.interval_us THEN 1 ELSE 0 END)
-            OVER (PARTITION BY g.series ORDER BY g.t_us) AS run_id
-    FROM g JOIN cadence AS x USING (series)
+    SELECT * FROM metric_inflight_runs
+    WHERE getvariable('pdf_instance') IS NULL AND coalesce(host, '') NOT IN (SELECT unnest(prefill_hosts) FROM c)
 ),
 held AS (
     SELECT target, series, run_id, min(t_us) AS from_t, max(t_us) - min(t_us) AS held_us, min(value) AS at_least

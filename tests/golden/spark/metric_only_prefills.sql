@@ -5,54 +5,17 @@ SELECT
 FROM context;
 
 CREATE OR REPLACE TEMPORARY VIEW metric_only_prefills AS
-WITH g AS (
+WITH runs AS (
   SELECT
-    COALESCE(m.host, m.instance, '') AS target,
-    m.series,
-    m.ts_us AS t_us,
-    m.value,
-    m.ts_us - LAG(m.ts_us) OVER (PARTITION BY m.series ORDER BY m.ts_us NULLS LAST) AS step_us
-  FROM metric_samples AS m, metric_only_prefills__c AS c
+    *
+  FROM metric_inflight_runs
   WHERE
     NULL IS NULL
-    AND m.engine = 'prefill'
-    AND m.metric IN (
-      'sglang:num_prefill_inflight_queue_reqs',
-      'sglang:num_prefill_infight_queue_reqs'
-    )
-    AND NOT COALESCE(m.host, '') IN (
+    AND NOT COALESCE(host, '') IN (
       SELECT
         EXPLODE(prefill_hosts)
       FROM metric_only_prefills__c AS c
     )
-    AND (
-      c.start_t IS NULL OR m.ts_us >= c.start_t
-    )
-    AND (
-      c.end_t IS NULL OR m.ts_us <= c.end_t
-    )
-), cadence AS (
-  SELECT
-    series,
-    MEDIAN(step_us) AS interval_us
-  FROM g
-  GROUP BY
-    series
-), runs AS (
-  SELECT
-    g.*,
-    x.interval_us,
-    g.step_us > 2 * x.interval_us AS gap,
-    SUM(
-      CASE
-        WHEN g.value < 1 OR g.step_us IS NULL OR g.step_us > 2 * x.interval_us
-        THEN 1
-        ELSE 0
-      END
-    ) OVER (PARTITION BY g.series ORDER BY g.t_us NULLS LAST) AS run_id
-  FROM g
-  JOIN cadence AS x
-    USING (series)
 ), held AS (
   SELECT
     target,

@@ -5,27 +5,16 @@ SELECT
 FROM context;
 
 CREATE OR REPLACE TEMPORARY VIEW metric_quiet_holds AS
-WITH cadence AS (
+WITH runs AS (
   SELECT
-    series,
-    MEDIAN(step_us) AS interval_us
-  FROM metric_inflight
-  GROUP BY
-    series
-), runs AS (
-  SELECT
-    g.*,
-    x.interval_us,
-    SUM(
-      CASE
-        WHEN g.value < 1 OR g.step_us IS NULL OR g.step_us > 2 * x.interval_us
-        THEN 1
-        ELSE 0
-      END
-    ) OVER (PARTITION BY g.series ORDER BY g.t_us NULLS LAST) AS run_id
-  FROM metric_inflight AS g
-  JOIN cadence AS x
-    USING (series)
+    *
+  FROM metric_inflight_runs
+  WHERE
+    host IN (
+      SELECT
+        EXPLODE(prefill_hosts)
+      FROM metric_quiet_holds__c AS c
+    )
 ), held AS (
   SELECT
     host,
