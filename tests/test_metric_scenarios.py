@@ -16,7 +16,6 @@ its journal alone, from the server's samples alone (the journal rotated away), a
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,7 @@ from pdforensics.simulate.openmetrics import write_openmetrics
 from pdforensics.sources import Selection
 from pdforensics.sources.detect import open_file_source
 from pdforensics.verdict import Verdict, VerdictOptions, compute_verdict, install_views
-from tests.test_prometheus_source import NOW, PROMETHEUS, PROMTOOL, start_prometheus
+from tests.test_prometheus_source import NOW, PROMETHEUS, PROMTOOL, backfilled_server
 
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None or PROMTOOL is None, reason="Debian package prometheus is not installed"
@@ -92,12 +91,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         if line != "# EOF" and not line.startswith(("# TYPE", "# HELP", "# UNIT"))
     ]
     merged.write_text("\n".join([*body, "# EOF"]) + "\n")
-    tsdb = root / "tsdb"
-    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(merged), str(tsdb)],
-                   check=True, capture_output=True)  # fmt: skip
-    config = root / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1h\n")  # scrapes nothing: the TSDB holds the backfill only
-    proc, url = start_prometheus(config, tsdb, root / "prometheus.err")
+    proc, url = backfilled_server(merged, root)
     try:
         yield Served(url, incidents)
     finally:

@@ -129,17 +129,22 @@ def start_prometheus(config: Path, tsdb: Path, err: Path) -> tuple[subprocess.Po
     raise AssertionError(f"prometheus found no free port: {err.read_text()[-2000:]}")
 
 
+def backfilled_server(metrics: Path, root: Path) -> tuple[subprocess.Popen, str]:
+    """A server whose TSDB holds `metrics` (OpenMetrics, backfilled by promtool) and scrapes nothing."""
+    tsdb = root / "tsdb"
+    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(metrics), str(tsdb)],
+                   check=True, capture_output=True)  # fmt: skip
+    config = root / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1h\n")
+    return start_prometheus(config, tsdb, root / "prometheus.err")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("prometheus")
     incident = simulate(SCENARIO, root / "incident", now_us=NOW)
     metrics = write_openmetrics(SCENARIO, root / "metrics.om", now_us=NOW, interval_s=INTERVAL_S)
-    tsdb = root / "tsdb"
-    subprocess.run([str(PROMTOOL), "tsdb", "create-blocks-from", "openmetrics", str(metrics), str(tsdb)],
-                   check=True, capture_output=True)  # fmt: skip
-    config = root / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1h\n")  # scrapes nothing: the TSDB holds the backfill only
-    proc, url = start_prometheus(config, tsdb, root / "prometheus.err")
+    proc, url = backfilled_server(metrics, root)
     try:
         expected = json.loads((incident / "expected.json").read_text())["window"]
         yield Server(
