@@ -731,7 +731,7 @@ def _unobserved_json(u: dict[str, Any]) -> dict[str, Any]:
         "evidence_level": None,
         "counts": {},  # nothing of its own was read: no count can be stated
         "reasons": [
-            f"no line of its own in the data; named by {int(u['n'])} line(s) ({', '.join(u['named_by'])}): "
+            f"no line of its own in the data; named by {int(u['n'])} line(s) or scrape(s) ({', '.join(u['named_by'])}): "
             "what it held is not observed"
         ],
     }

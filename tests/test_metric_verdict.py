@@ -112,6 +112,10 @@ def test_metrics_alone_never_earn_nothing_stuck(log: Log, value: int, says: str)
     assert v.verdict == "inconclusive", v.reasons
     [only] = [r for r in v.reasons if r.startswith("the metrics show prefill gpu-a")]
     assert says in only and "metrics alone never earn nothing_stuck" in only
+    # in the universe of instances, named by its target, never observed
+    [gpu_a] = v.to_json()["instances"]
+    assert (gpu_a["host"], gpu_a["observed"], gpu_a["verdict"]) == ("gpu-a", False, "inconclusive")
+    assert gpu_a["named_by"] == ["prometheus target gpu-a:30000 (job sglang)"] and gpu_a["lines_naming"] == 31
 
 
 def test_the_gauge_is_read_where_the_logs_were_quiet_only(log: Log) -> None:

@@ -995,9 +995,13 @@ prefill_mentions AS MATERIALIZED (
         -- else its instance label's host; judged in the whole window only (a fleet instance's
         -- scope holds one prefill's lines, and the other targets are not its own)
         SELECT coalesce(m.host, regexp_extract(m.instance, '^(?:[a-z]+://)?\[?([^\]/:]+)', 1)),
-            format('prometheus target {} (job {})', coalesce(m.instance, '?'), coalesce(m.job, '?')), count(*)
-        FROM metric_samples AS m JOIN gb ON m.ts_us >= gb.lo_us AND m.ts_us <= gb.hi_us
+            format('prometheus target {} (job {})', coalesce(m.instance, '?'), coalesce(m.job, '?')),
+            count(DISTINCT m.ts_us)
+        -- (with no line, no host window: the asked window, else every sample)
+        FROM metric_samples AS m, gb, clock
         WHERE m.engine = 'prefill' AND getvariable('pdf_instance') IS NULL
+          AND m.ts_us >= coalesce(gb.lo_us, clock.ctx_start_t, m.ts_us)
+          AND m.ts_us <= coalesce(gb.hi_us, clock.end_t, m.ts_us)
         GROUP BY ALL
     )
     WHERE coalesce(address, '') <> ''

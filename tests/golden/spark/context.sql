@@ -2073,12 +2073,14 @@ FROM (
       CAST(COALESCE(m.job, '?') AS STRING),
       ')'
     ),
-    COUNT(*)
-  FROM metric_samples AS m
-  JOIN context__gb AS gb
-    ON m.ts_us >= gb.lo_us AND m.ts_us <= gb.hi_us
+    COUNT(DISTINCT m.ts_us)
+  /* (with no line, no host window: the asked window, else every sample) */
+  FROM metric_samples AS m, context__gb AS gb, context__clock AS clock
   WHERE
-    m.engine = 'prefill' AND NULL IS NULL
+    m.engine = 'prefill'
+    AND NULL IS NULL
+    AND m.ts_us >= COALESCE(gb.lo_us, clock.ctx_start_t, m.ts_us)
+    AND m.ts_us <= COALESCE(gb.hi_us, clock.end_t, m.ts_us)
   GROUP BY ALL
 )
 WHERE
