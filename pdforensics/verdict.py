@@ -855,7 +855,9 @@ def _verdict_of(
         abort_storms=_times(storms or []),
         restarts=_times(restarts or []),
         host_offsets=offsets or [],
-        observed=[_observed_json(o) for o in v["observed"] or []],
+        observed=_with_metrics(
+            [_observed_json(o) for o in v["observed"] or []], v.get("metric_observed") or []
+        ),
         unobserved=[_unobserved_json(u) for u in v.get("unobserved_prefills") or []],
         window_basis=v["window_basis"],
         recovery=v["recovery"],
@@ -895,6 +897,24 @@ def _observed_json(o: dict[str, Any]) -> dict[str, Any]:
         "inflight_gap_s": None if inflight_gap is None else round(inflight_gap / 1e6, 3),
         "incarnations": _line_shapes_json(o.get("line_shapes") or []),
     }
+
+
+def _with_metrics(observed: list[dict[str, Any]], metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each prefill's `metrics`: the Prometheus inflight gauge read beside its lines, at scrape
+    resolution (None when none was ingested)."""
+    by_host = {m["host"]: m for m in metrics}
+    for o in observed:
+        m = by_host.get(o["host"]) if o["engine"] == "prefill" else None
+        o["metrics"] = None if m is None else {
+            "source": "prometheus",
+            "queues": ["inflight"],
+            "series": int(m["series"]),
+            "scrapes": int(m["scrapes"]),
+            "resolution_s": None if m["interval_us"] is None else round(m["interval_us"] / 1e6, 3),
+            "first_scrape": iso(m["first_t"]),
+            "last_scrape": iso(m["last_t"]),
+        }  # fmt: skip
+    return observed
 
 
 def _line_shapes_json(shapes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -41,7 +41,9 @@ def idle_after_traffic(log: Log) -> None:
 
 def test_the_logs_alone_call_the_idle_window_healthy(log: Log) -> None:
     idle_after_traffic(log)
-    assert log.verdict().verdict == "nothing_stuck"
+    v = log.verdict()
+    assert v.verdict == "nothing_stuck"
+    assert all(o["metrics"] is None for o in v.to_json()["observed"])
 
 
 def test_a_gauge_held_through_the_quiet_stretch_is_not_healthy(log: Log) -> None:
@@ -61,6 +63,12 @@ def test_a_gauge_held_through_the_quiet_stretch_is_not_healthy(log: Log) -> None
         r.startswith("metrics beside the logs: 28 scrape(s) of the inflight gauge of gpu-a")
         for r in v.reasons
     )
+    # observed says which evidence, of which kind, at which resolution
+    [prefill] = [o for o in v.to_json()["observed"] if o["engine"] == "prefill"]
+    m = prefill["metrics"]
+    assert (m["source"], m["queues"], m["series"], m["scrapes"], m["resolution_s"]) == (
+        "prometheus", ["inflight"], 1, 28, 10.0,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(

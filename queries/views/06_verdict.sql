@@ -891,5 +891,10 @@ SELECT
     c.window_basis, c.observed, c.unobserved_prefills,
     (SELECT recovery FROM recovery) AS recovery,
     (SELECT list(x ORDER BY x.from_t, x.host, x.queue) FROM stuck_rows AS x) AS frozen_queues,
-    (SELECT list(x ORDER BY x.first_fire_t) FROM recovery_rows AS x) AS recovery_rows
+    (SELECT list(x ORDER BY x.first_fire_t) FROM recovery_rows AS x) AS recovery_rows,
+    -- the metrics beside each prefill of the logs: evidence of their own kind, at scrape resolution
+    (SELECT list(x ORDER BY x.host) FROM (
+        SELECT host, count(DISTINCT series) AS series, count(*) AS scrapes, median(step_us) AS interval_us,
+            min(t_us) AS first_t, max(t_us) AS last_t
+        FROM metric_inflight GROUP BY host) AS x) AS metric_observed
 FROM c, counts, flags AS f, vd;

@@ -4557,6 +4557,85 @@ SELECT
         )
       END
     FROM verdict__recovery_rows AS x
-  ) AS recovery_rows
+  ) AS recovery_rows,
+  (
+    SELECT
+      CASE
+        WHEN SIZE(
+          ARRAY_SORT(
+            COLLECT_LIST(
+              STRUCT(
+                STRUCT(
+                  x.host AS `host`,
+                  x.series AS `series`,
+                  x.scrapes AS `scrapes`,
+                  x.interval_us AS `interval_us`,
+                  x.first_t AS `first_t`,
+                  x.last_t AS `last_t`
+                ) AS v,
+                x.host AS k0
+              )
+            ),
+            (l, r) -> CASE
+              WHEN l.k0 IS NULL AND r.k0 IS NULL
+              THEN 0
+              WHEN l.k0 IS NULL
+              THEN 1
+              WHEN r.k0 IS NULL
+              THEN -1
+              WHEN l.k0 < r.k0
+              THEN -1
+              WHEN l.k0 > r.k0
+              THEN 1
+              ELSE 0
+            END
+          )
+        ) = 0
+        THEN NULL
+        ELSE TRANSFORM(
+          ARRAY_SORT(
+            COLLECT_LIST(
+              STRUCT(
+                STRUCT(
+                  x.host AS `host`,
+                  x.series AS `series`,
+                  x.scrapes AS `scrapes`,
+                  x.interval_us AS `interval_us`,
+                  x.first_t AS `first_t`,
+                  x.last_t AS `last_t`
+                ) AS v,
+                x.host AS k0
+              )
+            ),
+            (l, r) -> CASE
+              WHEN l.k0 IS NULL AND r.k0 IS NULL
+              THEN 0
+              WHEN l.k0 IS NULL
+              THEN 1
+              WHEN r.k0 IS NULL
+              THEN -1
+              WHEN l.k0 < r.k0
+              THEN -1
+              WHEN l.k0 > r.k0
+              THEN 1
+              ELSE 0
+            END
+          ),
+          s -> s.v
+        )
+      END
+    FROM (
+      SELECT
+        host,
+        COUNT(DISTINCT series) AS series,
+        COUNT(*) AS scrapes,
+        MEDIAN(step_us) AS interval_us,
+        MIN(t_us) AS first_t,
+        MAX(t_us) AS last_t
+      FROM metric_inflight
+      GROUP BY
+        host
+    ) AS x
+  ) AS metric_observed /* the metrics beside each prefill of the logs: evidence of their own kind, at scrape resolution */
 FROM verdict__c AS c, verdict__counts AS counts, flags AS f, verdict__vd AS vd;
 
