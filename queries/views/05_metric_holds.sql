@@ -32,7 +32,7 @@ cadence AS (SELECT series, median(step_us) AS interval_us FROM g GROUP BY series
 SELECT g.*, x.interval_us, coalesce(g.step_us > 2 * x.interval_us, false) AS gap,
     sum(CASE WHEN g.value < 1 OR g.step_us IS NULL OR g.step_us > 2 * x.interval_us THEN 1 ELSE 0 END)
         OVER (PARTITION BY g.series ORDER BY g.t_us) AS run_id
-FROM g JOIN cadence AS x USING (series);
+FROM g JOIN cadence AS x ON x.series = g.series;
 
 CREATE OR REPLACE VIEW metric_inflight AS
 SELECT host, series, t_us, value, step_us FROM metric_inflight_runs

@@ -47,5 +47,5 @@ SELECT
   ) OVER (PARTITION BY g.series ORDER BY g.t_us NULLS LAST) AS run_id
 FROM g
 JOIN cadence AS x
-  USING (series);
+  ON x.series = g.series;
 
