@@ -69,14 +69,16 @@ WITH shared AS MATERIALIZED (
     WHERE engine = 'prefill' AND event = 'request_received' AND bootstrap_room <> 0
     GROUP BY bootstrap_room HAVING count(DISTINCT host) > 1
 )
-SELECT e.bootstrap_room, e.host,
-    min(e.t_us) FILTER (WHERE e.event = 'request_received') AS recv_t,
+-- (read from the events of those rooms alone, not from room_events: this runs once per instance)
+SELECT e.bootstrap_room, o.host,
+    min(e.ts_us - o.offset_us) FILTER (WHERE e.event = 'request_received') AS recv_t,
     coalesce(list(DISTINCT e.bootstrap_host ORDER BY e.bootstrap_host) FILTER (WHERE e.bootstrap_host IS NOT NULL), [])
         AS addresses
-FROM room_events AS e
+FROM events AS e
+JOIN host_offsets AS o ON o.host = coalesce(e.host, '') AND e.ts_us >= o.lo_us AND e.ts_us <= o.hi_us
 WHERE e.engine = 'prefill' AND e.bootstrap_room IN (SELECT bootstrap_room FROM shared)
   AND e.event IN ('request_received', 'request_finished', 'req_time_stats')
-GROUP BY e.bootstrap_room, e.host;
+GROUP BY e.bootstrap_room, o.host;
 
 CREATE OR REPLACE VIEW instance_events AS
 WITH

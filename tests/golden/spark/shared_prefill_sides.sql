@@ -11,10 +11,11 @@ HAVING
   COUNT(DISTINCT host) > 1;
 
 CREATE OR REPLACE TEMPORARY VIEW shared_prefill_sides AS
+/* (read from the events of those rooms alone, not from room_events: this runs once per instance) */
 SELECT
   e.bootstrap_room,
-  e.host,
-  MIN(e.t_us) FILTER(WHERE
+  o.host,
+  MIN(e.ts_us - o.offset_us) FILTER(WHERE
     e.event = 'request_received') AS recv_t,
   COALESCE(
     CASE
@@ -61,7 +62,9 @@ SELECT
     END,
     ARRAY()
   ) AS addresses
-FROM room_events AS e
+FROM events AS e
+JOIN host_offsets AS o
+  ON o.host = COALESCE(e.host, '') AND e.ts_us >= o.lo_us AND e.ts_us <= o.hi_us
 WHERE
   e.engine = 'prefill'
   AND e.bootstrap_room IN (
@@ -72,5 +75,5 @@ WHERE
   AND e.event IN ('request_received', 'request_finished', 'req_time_stats')
 GROUP BY
   e.bootstrap_room,
-  e.host;
+  o.host;
 
