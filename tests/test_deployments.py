@@ -196,3 +196,19 @@ def test_each_instance_places_a_shared_room_as_the_whole_file_does(tmp_path: Pat
     assert instances["gpu-c"]["verdict"] == "inconclusive"
     assert any("no decode line says which" in r for r in instances["gpu-c"]["reasons"])
     log.close()
+
+
+def test_more_decode_sides_than_prefills_are_never_pooled_into_one(tmp_path: Path) -> None:
+    """Both deployments completed the room at once, and gpu-c's prefill lines are missing (a hole,
+    a file not collected): two finished decode sides, one prefill. A side beyond the prefills seen
+    is another prefill's request, so which one is gpu-a's is not known: gpu-a's request is not
+    completed by pooling both sides into it."""
+    log = Log(tmp_path / "db.duckdb")
+    leg(log, 5, PREFILL, DECODE, "a", "10.0.0.5", finished=True)
+    receive(log, 5.001, D2, R, "d-b", "10.0.0.5")
+    log.finish(8, D2, R, "d-b")
+    observed(log, pinned_on=[])
+    rows = rows_of(log)
+    assert (rows["prefill gpu-a"]["class"], rows["prefill gpu-a"]["decode_unpaired"]) == ("undecided", True)
+    assert {"decode gpu-b", "decode gpu-d"} <= set(rows)
+    log.close()

@@ -75,7 +75,7 @@ common_lines AS (
 -- holder's lines of the room carry (or either names none), and the two Receive: lines are
 -- within 30 s (the router sends both legs at once). A side that fits one holder, which no other
 -- side fits alone, is that holder's. The rest pair with the holders left without one only when
--- every way reads the same (each finished, at least as many as those holders, each fitting
+-- every way reads the same (each finished, as many as those holders, each fitting
 -- each: their lines then go with each such holder; a per-instance scope sees every deployment's
 -- decode lines on a shared address); otherwise each is a request of its own (holder
 -- `decode <host>`) and those holders' rows say so (d_unpaired): never completed by a guess.
@@ -142,7 +142,7 @@ placed_sides AS MATERIALIZED (
 ),
 lone_holders AS MATERIALIZED (
     -- holders no decode side is placed with; `pairs`: the unplaced sides pair with them whichever way
-    SELECT *, unplaced > 0 AND unplaced = unplaced_finished AND unplaced >= lone AND fitting = lone * unplaced AS pairs
+    SELECT *, unplaced > 0 AND unplaced = unplaced_finished AND unplaced = lone AND fitting = lone * unplaced AS pairs
     FROM (
         SELECT s.bootstrap_room, s.holder, coalesce(p.unplaced, 0) AS unplaced,
             coalesce(p.unplaced_finished, 0) AS unplaced_finished,

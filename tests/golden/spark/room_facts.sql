@@ -344,7 +344,7 @@ SELECT
   *,
   unplaced > 0
   AND unplaced = unplaced_finished
-  AND unplaced >= lone
+  AND unplaced = lone
   AND fitting = lone * unplaced AS pairs
 FROM (
   SELECT
