@@ -123,12 +123,14 @@ def run_ingest(
     from pdforensics.verdict import prebuilt_database
 
     prebuilt_database(db)  # a new database: a copy of the empty one with schema and views
+    started = time.monotonic()  # a live journal is read to its end: now_us plus the time reading took
     con = store.open_db(db, wait_s=lock_wait_s)
     try:
         with IngestProgress(progress, extent.entries, input_files(sources)) as tick:
             summary = ingest(
                 db, sources, selection, catalog, tz=tz, progress=tick, con=con, date=date,
                 prefix_files=prefix_files or (), jobs=jobs, parquet=parquet,
+                clock=lambda: now_us + int((time.monotonic() - started) * 1e6),
             )  # fmt: skip
         check_unit_globs(con, summary, selection, sources)
     finally:
@@ -136,7 +138,7 @@ def run_ingest(
     # Judged on a read-only connection once the writer has closed (and checkpointed): the
     # judgement is then kept for the file as every later reader finds it (pdforensics.judgement),
     # so the `verdict`, `report`, `timeline` that follow read it instead of recomputing it.
-    verdict = _verdict_or_none(db, window.since_us, window.until_us, watchdog_timeout, grace, sources, now_us)
+    verdict = _verdict_or_none(db, window.since_us, window.until_us, watchdog_timeout, grace, sources)
     return summary, verdict
 
 
@@ -172,15 +174,15 @@ def ingest_lock_wait_s() -> float:
     return value
 
 
-def _verdict_or_none(db, since_us, until_us, watchdog_timeout, grace, sources, now_us) -> Verdict | None:  # type: ignore[no-untyped-def]
+def _verdict_or_none(db, since_us, until_us, watchdog_timeout, grace, sources) -> Verdict | None:  # type: ignore[no-untyped-def]
     try:
         from pdforensics.verdict import compute_verdict
     except ImportError:
         return None
+    # A live journal's window ends where its reading ended (the run's read_to_us), as it does for
+    # every verdict after this one: not at now_us, when the ingest started.
     live = any(getattr(s, "kind", None) == "local" for s in sources)
-    opts = verdict_options(
-        since_us, until_us if until_us is not None or not live else now_us, watchdog_timeout, grace
-    )
+    opts = verdict_options(since_us, until_us, watchdog_timeout, grace)
     try:
         con = store.open_db(db, read_only=True)
     except DatabaseError:  # another writer took the file the moment this one closed it

@@ -237,6 +237,7 @@ def ingest(
     prefix_files: list[Path] | tuple[Path, ...] = (),
     jobs: int | None = None,
     parquet: Path | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> IngestSummary:
     """Read every source, store what is new, and return the run's accounting.
 
@@ -247,14 +248,16 @@ def ingest(
     processes read and parse its files while this one stores (see ingest_jobs; they are spawned, so
     a script calling this needs the usual `if __name__ == "__main__":` guard). DuckDB stores on one
     thread whatever `jobs` is: a batch is one row group.
-    `parquet`: also write the data there (parquet_store)."""
+    `parquet`: also write the data there (parquet_store). `clock`: now in µs, when a live journal
+    was read to its end (default: the system clock)."""
     opts = ParseOptions(catalog=catalog, tz=tz, prefixes=load_prefixes(prefix_files), date=date)
     own = con is None
     if own and views:
         _prebuilt(Path(db))
     con = con or store.open_db(db)
     started = time.perf_counter()
-    run = _Run(batch_size, progress, views, jobs, ParquetMirror(parquet) if parquet is not None else None)
+    mirror = ParquetMirror(parquet) if parquet is not None else None
+    run = _Run(batch_size, progress, views, jobs, mirror, clock or _now_us)
     try:
         return _ingest(con, db, sources, selection, opts, run, started)
     except (duckdb.Error, RuntimeError) as exc:
@@ -306,6 +309,7 @@ class _Run:
     views: bool
     jobs: int | None
     mirror: ParquetMirror | None
+    clock: Callable[[], int]  # now in µs: when a live journal was read to its end
 
 
 def _ingest(
@@ -362,7 +366,8 @@ def _ingest(
         ]
         readers = "; ".join([",".join(summary.readers), *summary.reading_notes])  # ingests.readers
         # a live journal read to its end covers the time up to now, logged in or not
-        reached = {s.label: _now_us() for s in sources if isinstance(s, JournalSource) and s.kind == "local"}
+        read_at = run.clock()
+        reached = {s.label: read_at for s in sources if isinstance(s, JournalSource) and s.kind == "local"}
         with suppress(pl.exceptions.PolarsError):  # the stats never cost the run its status
             _finish_stats(con, summary, context.stats_parts, reached if status == "complete" else {},
                           selection.window.until_us)  # fmt: skip

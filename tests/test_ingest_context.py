@@ -22,7 +22,7 @@ import duckdb
 import pytest
 
 from pdforensics import store
-from pdforensics.api import run_ingest, run_simulate
+from pdforensics.api import run_ingest, run_simulate, run_verdict
 from pdforensics.catalog import load_catalog
 from pdforensics.ingest import ingest
 from pdforensics.sources import Selection, Window
@@ -122,7 +122,7 @@ def test_the_local_journal_window_gives_the_whole_journals_verdict(incident, who
         f"None, None, None, False, {incident['end_us']}); "
         "import json; print(json.dumps({'verdict': v.verdict, 'timeout': [v.timeout_s, v.timeout_source], "
         "'pins': sorted(r['bootstrap_room'] for r in v.requests if r['class'] == 'silent_pin'), "
-        "'heads': s.head_lines, 'stored': s.stored}))"
+        "'heads': s.head_lines, 'stored': s.stored, 'window': [v.window_start_us, v.window_end_us]}))"
     )
     mounts = f"mount --bind {local} /var/log/journal"
     if Path("/run/log/journal").is_dir():
@@ -138,6 +138,11 @@ def test_the_local_journal_window_gives_the_whole_journals_verdict(incident, who
     assert got["timeout"] == [60.0, "armed line"]
     assert set(got["pins"]) == _silent(all_verdict)
     assert got["heads"] > 0 and got["stored"] < all_lines / 2
+    # The window the ingest judged is the one every later verdict judges: it ends where the reading
+    # ended (issue 28: the ingest said 175 s and the next verdict 170 s)
+    later = run_verdict(db, None, None, None, None, incident["end_us"] + 3_600_000_000)
+    assert [later.window_start_us, later.window_end_us] == got["window"], (later.window_start_us, got)
+    assert got["window"][1] >= incident["end_us"] and later.verdict == got["verdict"]
 
 
 def test_without_the_units_starts_the_window_cannot_be_judged(incident, tmp_path):
