@@ -370,7 +370,9 @@ class Watcher:
         end = time.monotonic() + wait_s
         while True:
             try:
-                return duckdb.connect(str(self.cfg.db))
+                con = duckdb.connect(str(self.cfg.db))
+                store.plan_views_fast(con)
+                return con
             except duckdb.Error as exc:
                 if not store._is_lock_error(exc):
                     raise store._friendly(exc, self.cfg.db) from None

@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 
-from pdforensics import fleet, verdict
+from pdforensics import fleet, store, verdict
 from pdforensics.errors import EngineError, SourceError
 from pdforensics.spark import session
 
@@ -65,6 +65,7 @@ def duckdb_schema_of(root: Path, rows: bool = False) -> duckdb.DuckDBPyConnectio
     reads its own UINT_64 rooms back as UBIGINT), empty (what the translation binds against)
     unless `rows`."""
     con = duckdb.connect(":memory:")
+    store.plan_views_fast(con)
     for name, sql in _table_queries(root).items():
         try:
             con.execute(f'CREATE TABLE "{name}" AS {sql}' + ("" if rows else " LIMIT 0"))
@@ -245,9 +246,9 @@ def duckdb_verdict(root: Path, opts: verdict.VerdictOptions) -> verdict.Verdict:
     database of the stored schema (keys and all: the views' install records itself in `meta`).
     Read in, not queried in place: DuckDB 2.0.1 fails some window queries run straight on
     hive-partitioned Parquet (shared/spark-feasibility.md)."""
-    from pdforensics import store
 
     con = duckdb.connect(":memory:")
+    store.plan_views_fast(con)
     try:
         store.create_schema(con)
         schema = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}

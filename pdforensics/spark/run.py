@@ -17,7 +17,7 @@ from typing import Any
 
 import duckdb
 
-from pdforensics import verdict
+from pdforensics import store, verdict
 from pdforensics.spark import load, translate
 
 
@@ -42,6 +42,7 @@ _TRANSLATED: dict[tuple, tuple[list[translate.Translated], dict[str, str]]] = {}
 def translate_for(db: Path, params: translate.Params) -> tuple[list[translate.Translated], dict[str, str]]:
     """The views translated against the DuckDB file `db`'s schema (see translate_con)."""
     con = duckdb.connect(str(db), read_only=True)
+    store.plan_views_fast(con)
     try:
         return translate_con(con, params)
     finally:

@@ -773,6 +773,7 @@ def empty_database() -> duckdb.DuckDBPyConnection:
     from pdforensics import store, verdict
 
     con = duckdb.connect(":memory:")
+    store.plan_views_fast(con)
     store.create_schema(con)
     verdict.install_views(con, temporary=True)
     return con
