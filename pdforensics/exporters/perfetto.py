@@ -54,17 +54,30 @@ LIFECYCLE = ("server_args", "server_ready", "unit_started", "sigterm", "graceful
 
 
 class _Writer:
-    """Streams `{"traceEvents": [...]}`: one event per line, commas handled here."""
+    """Streams `{"traceEvents": [...]}`: events encoded a batch at a time (one json.dumps call per
+    batch costs a third of one call per event), commas handled here."""
+
+    BATCH = 20_000
 
     def __init__(self, fh: TextIO) -> None:
         self.fh = fh
         self.first = True
         self.count = 0
+        self.pending: list[dict[str, Any]] = []
 
     def __call__(self, event: dict[str, Any]) -> None:
-        self.fh.write(("\n" if self.first else ",\n") + json.dumps(event, separators=(",", ":"), default=str))
+        self.pending.append(event)
+        if len(self.pending) >= self.BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        text = json.dumps(self.pending, separators=(",", ":"), default=str)[1:-1]
+        self.fh.write(("\n" if self.first else ",\n") + text)
         self.first = False
-        self.count += 1
+        self.count += len(self.pending)
+        self.pending = []
 
 
 def export(con: duckdb.DuckDBPyConnection, out: Path) -> Path:
@@ -83,6 +96,7 @@ def export(con: duckdb.DuckDBPyConnection, out: Path) -> Path:
                 emit(event)
         for event in _window(con, start, end):
             emit(event)
+        emit.flush()
         fh.write("\n],")
         fh.write(f'"otherData":{json.dumps({"generator": f"pdforensics {__version__}"})}}}\n')
     return out
