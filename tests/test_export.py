@@ -530,20 +530,63 @@ def test_timesketch_validator_rejects_broken_events(obj: dict) -> None:
 # ------------------------------------------------------------------ phases always nest
 
 
-def test_phases_are_sequential_and_inside_their_side() -> None:
-    from pdforensics.exporters.requests import Span, _phases
+def _one_request_spans(markers: list[tuple[str, int]], received_t: int, end_t: int | None) -> list[Any]:
+    """The spans queries/exports/request_spans.sql draws for one prefill side with these markers."""
+    from pdforensics.exporters.requests import iter_requests
 
-    side = Span("prefill Req x", 100, 200)
+    con = duckdb.connect()
+    con.execute(
+        """CREATE TABLE requests AS SELECT 7::UBIGINT AS bootstrap_room, ? AS first_t, 'p1' AS p_host,
+               NULL::VARCHAR AS d_host, 'abc' AS prefill_rid, NULL::VARCHAR AS decode_rid, ? AS prefill_received_t,
+               NULL::BIGINT AS decode_received_t, ? AS prefill_end_t, NULL::BIGINT AS decode_end_t,
+               NULL::BIGINT AS p_gone_t, NULL::BIGINT AS d_gone_t, 'silent_pin' AS class, NULL AS abort_race,
+               NULL AS abort_race_outcome, NULL AS across_restart, NULL AS one_sided, NULL AS dwell_s,
+               NULL AS dwell_basis, NULL AS evidence_level, NULL AS reason, NULL AS lost_reason,
+               NULL AS holder_at_end""",
+        [received_t, received_t, end_t],
+    )
+    con.execute(
+        "CREATE TABLE request_phases (bootstrap_room UBIGINT, engine VARCHAR, phase VARCHAR, t_us BIGINT)"
+    )
+    con.executemany("INSERT INTO request_phases VALUES (7, 'prefill', ?, ?)", [list(m) for m in markers])
+    con.execute(
+        """CREATE TABLE room_events (bootstrap_room UBIGINT, engine VARCHAR, host VARCHAR, event VARCHAR,
+               reason VARCHAR, state VARCHAR, dwell_s DOUBLE, t_us BIGINT, rank INT, tp_rank INT, line_id BIGINT,
+               reason_kind VARCHAR)"""
+    )
+    con.execute("CREATE TABLE lines (line_id BIGINT, message VARCHAR)")
+    (request,) = iter_requests(con, 1_000)
+    (side,) = request.sides
+    return [side.span, *side.phases]
+
+
+def test_phases_are_sequential_and_inside_their_side() -> None:
     markers = [
-        {"phase": "received", "t_us": 100},
-        {"phase": "inflight_entry", "t_us": 96},  # estimated from a dwell: before the Receive
-        {"phase": "watchdog_deadline", "t_us": 250},  # after the side's end
-        {"phase": "pinned_from", "t_us": 150},
-        {"phase": "kv_done", "t_us": 180},  # terminal markers are not stretches
+        ("received", 100),
+        ("inflight_entry", 96),  # estimated from a dwell: before the Receive
+        ("watchdog_deadline", 250),  # after the side's end
+        ("pinned_from", 150),
+        ("kv_done", 180),  # terminal markers are not stretches
     ]
-    spans = _phases(markers, "prefill", side)
+    side, *spans = _one_request_spans(markers, 100, 200)
+    assert (side.start, side.end, side.open) == (100, 200, False)
     assert [s.args["phase"] for s in spans] == ["inflight_entry", "pinned_from", "watchdog_deadline"]
     assert spans[0].start == 100 and spans[-1].end == 200
     for a, b in itertools.pairwise(spans):
         assert a.end == b.start
     assert all(side.start <= s.start <= s.end <= side.end for s in spans)
+    assert not any(s.open for s in spans)
+
+
+def test_an_open_side_runs_to_the_window_end_and_its_last_phase_is_open() -> None:
+    """Two estimates of one marker: the first stands; a lone received stretch is no phase."""
+    side, *spans = _one_request_spans(
+        [("received", 100), ("pinned_from", 300), ("pinned_from", 150)], 100, None
+    )
+    assert (side.end, side.open) == (1_000, True)
+    assert [(s.args["phase"], s.start, s.end, s.open) for s in spans] == [
+        ("received", 100, 150, False),
+        ("pinned_from", 150, 1_000, True),
+    ]
+    side, *spans = _one_request_spans([("received", 100)], 100, 200)
+    assert spans == []

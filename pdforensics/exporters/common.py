@@ -41,7 +41,7 @@ def relations(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
 
 
 def dict_rows(
-    con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None
+    con: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None
 ) -> Iterator[dict[str, Any]]:
     """Rows as dicts, fetched in chunks so a large result never sits in Python whole."""
     cur = con.execute(sql, params or [])

@@ -70,6 +70,14 @@ class _Writer:
         if len(self.pending) >= self.BATCH:
             self.flush()
 
+    def texts(self, events: Iterator[str]) -> None:
+        """Events already encoded as JSON text."""
+        self.flush()
+        for text in events:
+            self.fh.write(("\n" if self.first else ",\n") + text)
+            self.first = False
+            self.count += 1
+
     def flush(self) -> None:
         if not self.pending:
             return
@@ -92,8 +100,7 @@ def export(con: duckdb.DuckDBPyConnection, out: Path) -> Path:
             for event in fn(con, procs):
                 emit(event)
         if req.available(con):
-            for event in _requests(con, procs, end):
-                emit(event)
+            emit.texts(_requests(con, procs, end))
         for event in _window(con, start, end):
             emit(event)
         emit.flush()
@@ -228,41 +235,70 @@ def _holes(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
 # ------------------------------------------------------------------ requests
 
 
-def _requests(con: duckdb.DuckDBPyConnection, procs: dict, window_end: int) -> Iterator[dict]:
-    for r in req.iter_requests(con, window_end):
-        flow = f"{r.room:x}" if len(r.sides) == 2 else None
-        for side in r.sides:
-            yield from _side_events(r, side, procs, flow)
+# Each request side as an async slice with its phases nested inside and its marks as instants, as
+# JSON text built by DuckDB (a Python dict per event cost most of a large export's time).
+# json_merge_patch onto {} drops the keys whose value is NULL, as _clean does.
+REQUEST_EVENTS_SQL = """
+WITH spans AS ({spans}),
+pids AS (SELECT unnest($hosts) AS host, unnest($engines) AS engine, unnest($pids) AS pid),
+sides AS (  -- a phase row is drawn on its side's host
+    SELECT *, first_value(host) OVER (PARTITION BY req_ord, engine ORDER BY span_ord) AS side_host,
+           count(*) FILTER (WHERE span_ord = 0) OVER (PARTITION BY req_ord) AS n_sides
+    FROM spans
+),
+s AS (
+    SELECT sides.*, coalesce(pids.pid, {window_pid}) AS pid
+    FROM sides LEFT JOIN pids ON pids.host = coalesce(sides.side_host, '') AND pids.engine = sides.engine
+),
+e AS (
+    SELECT *, pid || ':' || bootstrap_room AS async_id,
+           name || CASE WHEN open THEN ' [open]' ELSE '' END AS shown
+    FROM s
+)
+SELECT json_merge_patch('{{}}', to_json({{
+    cat: 'request', pid: pid, tid: 0, id: async_id, ph: 'b', name: shown, ts: start_t,
+    args: CASE WHEN span_ord = 0 THEN to_json({{
+              bootstrap_room: bootstrap_room::VARCHAR, rid: rid, class: class, open: open,
+              abort_race: abort_race, abort_race_outcome: abort_race_outcome, across_restart: across_restart,
+              one_sided: one_sided, dwell_s: dwell_s, dwell_basis: dwell_basis, evidence_level: evidence_level,
+              reason: reason, lost_reason: lost_reason, holder_at_end: holder_at_end}})
+          ELSE to_json({{phase: phase, open: open}}) END,
+    bind_id: CASE WHEN span_ord = 0 AND n_sides = 2 THEN lower(hex(bootstrap_room)) END,
+    flow_out: CASE WHEN span_ord = 0 AND n_sides = 2 AND engine = 'prefill' THEN true END,
+    flow_in: CASE WHEN span_ord = 0 AND n_sides = 2 AND engine = 'decode' THEN true END
+}}))::VARCHAR, req_ord, side_ord, span_ord, 0 AS k
+FROM e
+UNION ALL
+SELECT to_json({{cat: 'request', pid: pid, tid: 0, id: async_id, ph: 'e', name: shown, ts: end_t}})::VARCHAR,
+       req_ord, side_ord, CASE WHEN span_ord = 0 THEN 999 ELSE span_ord END, 1 AS k
+FROM e
+UNION ALL
+SELECT json_merge_patch('{{}}', to_json({{
+    ph: 'i', s: 't', cat: CASE WHEN m.event = 'watchdog_fired' THEN 'watchdog' ELSE 'failure' END,
+    name: m.event || CASE WHEN m.state IS NOT NULL THEN ' (' || m.state || ')' ELSE '' END,
+    pid: pid, tid: CASE WHEN m.event = 'watchdog_fired' THEN {tid_watchdog} ELSE {tid_failures} END, ts: m.t_us,
+    args: {{bootstrap_room: bootstrap_room::VARCHAR, reason: m.reason, dwell_s: m.dwell_s,
+           ranks: CASE WHEN len(m.ranks) > 0 THEN m.ranks END, message: m.message}}
+}}))::VARCHAR, req_ord, side_ord, 1000, 2 AS k
+FROM (SELECT *, unnest(marks) AS m FROM e WHERE span_ord = 0)
+ORDER BY req_ord, side_ord, k = 2, span_ord, k
+"""
 
 
-def _side_events(r: req.Request, side: req.Side, procs: dict, flow: str | None) -> Iterator[dict]:
-    pid = _pid(procs, side.host, side.engine)
-    async_id = f"{pid}:{r.room}"  # unique across processes: Perfetto keys global ids by (cat, id)
-    base = {"cat": "request", "pid": pid, "tid": 0, "id": async_id}
-    name = side.span.name + (" [open]" if side.span.open else "")
-    begin = {**base, "ph": "b", "name": name, "ts": side.span.start, "args": _clean(side.span.args)}
-    if flow is not None:
-        begin["bind_id"] = flow
-        begin["flow_out" if side.engine == "prefill" else "flow_in"] = True
-    yield begin
-    for ph in side.phases:
-        ph_name = ph.name + (" [open]" if ph.open else "")
-        yield {**base, "ph": "b", "name": ph_name, "ts": ph.start, "args": {**ph.args, "open": ph.open}}
-        yield {**base, "ph": "e", "name": ph_name, "ts": ph.end}
-    yield {**base, "ph": "e", "name": name, "ts": side.span.end}
-    for m in side.marks:
-        yield _mark(m, r, pid)
-
-
-def _mark(m: dict[str, Any], r: req.Request, pid: int) -> dict:
-    watchdog = m["event"] == "watchdog_fired"
-    return {
-        "ph": "i", "s": "t", "cat": "watchdog" if watchdog else "failure",
-        "name": f"{m['event']}" + (f" ({m['state']})" if m.get("state") else ""),
-        "pid": pid, "tid": TID_WATCHDOG if watchdog else TID_FAILURES, "ts": m["t_us"],
-        "args": _clean({"bootstrap_room": str(r.room), "reason": m.get("reason"), "dwell_s": m.get("dwell_s"),
-                        "ranks": m.get("ranks") or None, "message": m.get("message")}),
-    }  # fmt: skip
+def _requests(con: duckdb.DuckDBPyConnection, procs: dict, window_end: int) -> Iterator[str]:
+    sql = REQUEST_EVENTS_SQL.format(
+        spans=req.spans_sql(), window_pid=WINDOW_PID, tid_watchdog=TID_WATCHDOG, tid_failures=TID_FAILURES
+    )
+    keys = list(procs)
+    params = {
+        "window_end": window_end,
+        "hosts": [k[0] for k in keys],
+        "engines": [k[1] for k in keys],
+        "pids": [procs[k].index for k in keys],
+    }
+    cur = con.execute(sql, params)
+    while chunk := cur.fetchmany(20_000):
+        yield from (row[0] for row in chunk)
 
 
 # ------------------------------------------------------------------ the window
