@@ -159,6 +159,37 @@ def spark_session() -> Iterator[Any]:
     s.stop()
 
 
+# ------------------------------------------------------------------ xdist groups
+
+# The groups whose tests run first: the Spark group is the longest chain of the suite (one worker,
+# one JVM), so it starts at once while the other workers share the rest.
+FIRST_GROUPS = ("spark",)
+
+
+def _groups(item: pytest.Item) -> list[str]:
+    return sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`--dist loadgroup` sends a test to the worker of its group by the `@group` its node id ends
+    with. pytest-xdist 3.8 writes that suffix to `item._nodeid`, which pytest 9.2 no longer reads
+    (a node id is `item._id`): every group's tests were spread over the workers, each starting a
+    JVM, translating the views and building the wheel again. Write it where pytest reads it; and
+    put the FIRST_GROUPS first (every worker collects the same order)."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        names = _groups(item)
+        if names and "@" not in item.nodeid.rsplit("]", 1)[-1]:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(names)}")
+    items.sort(key=lambda item: not set(_groups(item)) & set(FIRST_GROUPS))
+
+
 # ------------------------------------------------------------------ no time limits, a time table
 
 # Hypothesis: no per-example deadline (the machine's load varies; no test enforces a time limit),

@@ -18,11 +18,18 @@ from pdforensics.spark import translate  # noqa: E402
 GOLDEN = Path(__file__).parent / "golden" / "spark"
 
 
+# In the Spark group: the translation is kept per process (pdforensics.spark.run.translate_con, keyed
+# by the tables' shape, the same in every database) and the Spark tests' worker reuses it.
+pytestmark = [pytest.mark.xdist_group("spark")]
+
+
 @pytest.fixture(scope="module")
 def translated() -> tuple[list[translate.Translated], dict[str, str]]:
+    from pdforensics.spark import run
+
     con = translate.empty_database()
     try:
-        return translate.translate_all(con)
+        return run.translate_con(con, {})
     finally:
         con.close()
 
