@@ -168,7 +168,10 @@ FIRST_GROUPS = ("spark",)
 
 def _groups(item: pytest.Item) -> list[str]:
     return sorted(
-        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
     )
 
 
