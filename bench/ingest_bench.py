@@ -25,7 +25,11 @@ machine hits every tool alike):
 * journal: ingest of the `.journal` files, the re-ingest, `journalctl --file ... -o json` and
   `-o export` into /dev/null, and a python-systemd `Reader` loop over every entry;
 * mixed: a journal where the incident's units are 1 entry in MIXED_SHARE among other units' (a
-  busy node), ingested with `--unit 'sglang*'`, beside `journalctl -u 'sglang*' -o export`.
+  busy node), ingested with `--unit 'sglang*'`, beside `journalctl -u 'sglang*' -o export`;
+* answer (issue 30): the operator's wait from raw input to the answer, whole processes: lnav
+  answering "rooms received > 60 s before the end that the decode never finished" on the plain
+  files, `pdforensics ingest` (its verdict included) of the plain files and of the journal, and
+  `journalctl -o short-iso | grep -c`.
 
 Every measured command runs in its own process: its wall time, CPU time (user + system, its
 children included) and peak RSS come from `wait4`; ingest and one-liner figures are the call itself
@@ -81,6 +85,22 @@ LINE_SEP = "\x1f"
 LNAV_QUERY = (
     ";SELECT (SELECT sum(lines) FROM lnav_file) AS file_lines, (SELECT count(*) FROM all_logs) AS messages"
 )
+
+# Issue 30: the operator's wait, raw input to the answer. The question: rooms the prefill received
+# more than 60 s before the end that the decode never finished. lnav answers it with a query-time
+# regex over `log_text` (its `log_body` form is 5-8x slower and would flatter pdforensics); the
+# form and its figures: ../shared/perf-facts.md.
+LNAV_ANSWER_QUERY = (
+    ";WITH recv AS (SELECT regexp_match('bootstrap_room=(\\d+)', log_text) AS room, min(log_time) AS t"
+    " FROM all_logs WHERE log_path LIKE '%prefill%' AND log_text LIKE '%] Receive: obj=%' GROUP BY 1),"
+    " fin AS (SELECT regexp_match('bootstrap_room=(\\d+)', log_text) AS room, max(log_time) AS t"
+    " FROM all_logs WHERE log_path LIKE '%decode%' AND log_text LIKE '%] Finish: obj=%' GROUP BY 1),"
+    " last AS (SELECT max(log_time) AS t FROM all_logs)"
+    " SELECT count(*) AS unfinished FROM recv, last LEFT JOIN fin ON fin.room = recv.room AND fin.t >= recv.t"
+    " WHERE fin.room IS NULL AND julianday(last.t) - julianday(recv.t) > 60.0/86400"
+)
+# `journalctl | grep`: the operator's first try on the journal (the same rooms' Receive: lines).
+JOURNAL_GREP = "journalctl --file {files} -o short-iso | grep -c 'Receive: obj='"
 
 # Issue 17's "Done when" on the 2-core machine: (comparison, bound). Each holds in the same run as the
 # figures it compares; the AIMS are the issue's stretch figures, shown apart in the table.
@@ -786,6 +806,83 @@ def measure_lnav(res: Results, size: str, files: list[Path], home: Path) -> None
     res.add(size, "lnav_peak_rss_mb", lv.rss_mb, lv.load, "MB", "lnav, peak RSS")
 
 
+def _pdforensics(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pdforensics", *args]
+
+
+def measure_answer(res: Results, size: str, plain: list[Path], journal: list[Path], db: Path) -> None:
+    """Issue 30: from raw input to the answer, each tool as the operator runs it, whole processes:
+    lnav answering the question on the plain files; `pdforensics ingest` (its verdict included) of
+    the same files into a fresh database, and of the journal; `journalctl | grep` on the journal."""
+    timeout = ["--watchdog-timeout", "60"]
+    _remove_db(db)
+    ours = spawn(
+        _pdforensics("ingest", "--db", str(db), *(a for f in plain for a in ("--file", str(f))), *timeout)
+    )
+    res.add(
+        size,
+        "answer_plain_s",
+        ours.wall_s,
+        ours.load,
+        "s",
+        "answer, plain: `pdforensics ingest` + its verdict",
+    )
+    res.add(
+        size, "answer_plain_cpu_s", ours.cpu_s, ours.load, "s", "answer, plain: `pdforensics ingest`, CPU"
+    )
+    version = lnav_version()
+    if version is None:
+        res.skipped["lnav"] = "lnav is not installed (Debian: lnav): no lnav figures"
+    else:
+        home = db.parent / "lnav-home"
+        home.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config")}
+        lv = spawn(
+            ["lnav", "-n", "-c", LNAV_ANSWER_QUERY, "-c", ":write-json-to -", *map(str, plain)], env=env
+        )
+        (row,) = json.loads(lv.out)
+        res.inputs[size]["lnav_unfinished_rooms"] = row["unfinished"]
+        res.add(
+            size, "answer_lnav_s", lv.wall_s, lv.load, "s", f"answer, plain: {version} query on `log_text`"
+        )
+        res.add(size, "answer_lnav_cpu_s", lv.cpu_s, lv.load, "s", "answer, plain: lnav, CPU")
+    _remove_db(db)
+    ours = spawn(
+        _pdforensics(
+            "ingest", "--db", str(db), *(a for f in journal for a in ("--journal-file", str(f))), *timeout
+        )
+    )
+    res.add(
+        size,
+        "answer_journal_s",
+        ours.wall_s,
+        ours.load,
+        "s",
+        "answer, journal: `pdforensics ingest` + its verdict",
+    )
+    res.add(
+        size, "answer_journal_cpu_s", ours.cpu_s, ours.load, "s", "answer, journal: `pdforensics ingest`, CPU"
+    )
+    grep = spawn(["sh", "-c", JOURNAL_GREP.format(files=" --file ".join(map(str, journal)))])
+    res.add(
+        size,
+        "answer_journalctl_grep_s",
+        grep.wall_s,
+        grep.load,
+        "s",
+        "answer, journal: `journalctl -o short-iso` into `grep -c`",
+    )
+    res.add(
+        size,
+        "answer_journalctl_grep_cpu_s",
+        grep.cpu_s,
+        grep.load,
+        "s",
+        "answer, journal: journalctl into grep, CPU",
+    )
+    _remove_db(db)
+
+
 ONE_LINER_LABELS = {  # (short name, what it does)
     "polars": ("polars one-liner", "polars: `read_csv` of the lines + two `str.extract`"),
     "duckdb": (
@@ -982,6 +1079,9 @@ def derive(res: Results, size: str) -> None:
         ("collection_speedup", "collection_j1_s", "collection_j2_s", "x", "collection ingest: --jobs 1 time / --jobs 2 time"),
         ("collection_cpu_ratio", "collection_j2_cpu_s", "collection_j1_cpu_s", "x", "collection ingest: --jobs 2 CPU / --jobs 1 CPU"),
         ("collection_speedup_3", "collection_j1_s", "collection_j3_s", "x", "collection ingest: --jobs 1 time / --jobs 3 time"),
+        ("answer_plain_vs_lnav", "answer_lnav_s", "answer_plain_s", "x", "answer, plain: lnav time / pdforensics time"),
+        ("answer_plain_vs_lnav_cpu", "answer_lnav_cpu_s", "answer_plain_cpu_s", "x", "answer, plain: lnav CPU / pdforensics CPU"),
+        ("answer_journal_vs_grep", "answer_journalctl_grep_s", "answer_journal_s", "x", "answer, journal: journalctl into grep time / pdforensics time"),
         # The same comparisons in CPU seconds: what a busy shared machine distorts least.
         ("plain_vs_grep_cpu_x", "plain_cpu_s", "grep_cpu_s", "x", "plain ingest CPU / grep CPU"),
         ("plain_vs_lnav_cpu", "lnav_cpu_s", "plain_cpu_s", "x", "lnav CPU / plain ingest CPU"),
@@ -1030,7 +1130,10 @@ ROWS = (
     "collection_j1_per_s", "collection_j2_per_s", "collection_j1_s", "collection_j2_s", "collection_speedup",
     "collection_j1_cpu_s", "collection_j2_cpu_s", "collection_cpu_ratio", "collection_j1_peak_rss_mb",
     "collection_j2_peak_rss_mb", "collection_j3_s", "collection_j3_cpu_s", "collection_speedup_3",
-    "collection_j3_peak_rss_mb", "views_s", "verdict_s",
+    "collection_j3_peak_rss_mb",
+    "answer_plain_s", "answer_plain_cpu_s", "answer_lnav_s", "answer_lnav_cpu_s", "answer_plain_vs_lnav",
+    "answer_plain_vs_lnav_cpu", "answer_journal_s", "answer_journal_cpu_s", "answer_journalctl_grep_s",
+    "answer_journalctl_grep_cpu_s", "answer_journal_vs_grep", "views_s", "verdict_s",
     "report_s", "report_peak_rss_mb",
 )  # fmt: skip
 
@@ -1133,6 +1236,12 @@ class InputsMissing(Exception):
     """A read-only input directory lacks a cached input the run needs."""
 
 
+def _input_kinds(formats: tuple[str, ...]) -> list[str]:
+    """The cached inputs each format reads: a collection is the journal split; an answer reads both."""
+    reads = {"collection": ["journal"], "answer": ["plain", "journal"]}
+    return [kind for name in formats for kind in reads.get(name, [name])]
+
+
 def run(
     sizes: list[int],
     runs: list[int],
@@ -1156,7 +1265,7 @@ def run(
         missing = [
             str(work / f"{kind}-{label}")
             for label in labels
-            for kind in sorted({"collection": "journal"}.get(name, name) for name in formats)
+            for kind in sorted(set(_input_kinds(formats)))
             if not _done(work / f"{kind}-{label}")
         ]
         if missing:  # --dir is read-only with a separate --db-dir: nothing may be generated there
@@ -1203,11 +1312,11 @@ def run(
     for n, label in zip(sizes, labels, strict=True):
         started = time.perf_counter()
         inputs[label] = {}
-        if "plain" in formats:
+        if "plain" in formats or "answer" in formats:
             inputs[label]["plain"] = [Path(p) for p in in_child("make", "plain", str(n), str(work))]
             lines, size = _line_count(inputs[label]["plain"])
             res.inputs[label] = {"plain_lines": lines, "plain_bytes": size}
-        if "journal" in formats or "collection" in formats:
+        if "journal" in formats or "collection" in formats or "answer" in formats:
             inputs[label]["journal"] = [Path(p) for p in in_child("make", "journal", str(n), str(work))]
             res.inputs.setdefault(label, {})
         if "mixed" in formats:
@@ -1239,6 +1348,14 @@ def run(
                 attempt(
                     f"{run_no}: mixed journal",
                     lambda label=label, db=db: measure_mixed(res, label, inputs[label]["mixed"], db),
+                )
+            if "answer" in formats:
+                db = db_dir / f"answer-{label}.duckdb"
+                attempt(
+                    f"{run_no}: answer (raw input to the verdict, beside lnav and journalctl | grep)",
+                    lambda label=label, db=db: measure_answer(
+                        res, label, inputs[label]["plain"], inputs[label]["journal"], db
+                    ),
                 )
             if "collection" in formats:
                 db = db_dir / f"collection-{label}.duckdb"
@@ -1286,9 +1403,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results")
     ap.add_argument(
         "--only",
-        choices=("plain", "journal", "mixed", "collection"),
+        choices=("plain", "journal", "mixed", "collection", "answer"),
         help="one input format only (collection: the journal split per unit into a journal-remote "
-        "directory, ingested with --jobs 1 and --jobs 2)",
+        "directory, ingested with --jobs 1 and --jobs 2; answer: raw input to the verdict, issue 30)",
     )
     ap.add_argument("--no-verdict", action="store_true", help="skip verdict/report")
     args = ap.parse_args(argv)
@@ -1302,10 +1419,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--runs takes one number or one per size")
     order = sorted(range(len(sizes)), key=sizes.__getitem__)
     sizes, runs = [sizes[i] for i in order], [runs[i] for i in order]
-    formats = (args.only,) if args.only else ("plain", "journal", "mixed", "collection")
+    formats = (args.only,) if args.only else ("plain", "journal", "mixed", "collection", "answer")
     uncached = [n for n in sizes if not _done(args.dir / f"journal-{size_label(n)}")]
     if (
-        {"journal", "mixed", "collection"} & set(formats)
+        {"journal", "mixed", "collection", "answer"} & set(formats)
         and not JOURNAL_REMOTE.exists()
         and (uncached or {"mixed", "collection"} & set(formats))
     ):
