@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
@@ -20,3 +21,8 @@ def queries_dir() -> Path:
 
 def fixtures_dir() -> Path:
     return _shipped("fixtures")
+
+
+def user_cache_dir() -> Path:
+    """Where pdforensics keeps what it can rebuild (a new database's template, Spark translations)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pdforensics"

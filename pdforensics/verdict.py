@@ -26,7 +26,7 @@ import duckdb
 
 from pdforensics import fleet, judgement, store
 from pdforensics.errors import DatabaseError, UsageError
-from pdforensics.paths import queries_dir
+from pdforensics.paths import queries_dir, user_cache_dir
 
 # The patch's scheduler loop polls the inflight queue every iteration, but an iteration can sit
 # behind a multi-second prefill forward, and 1-second log prefixes blur each end by a second:
@@ -186,7 +186,7 @@ def _template() -> Path:
     key = hashlib.sha256(f"{views_digest()}|{duckdb.__version__}".encode())
     for name in ("store.py", "schema.py", "schema_version.py"):
         key.update((here / name).read_bytes())
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pdforensics"
+    cache = user_cache_dir()
     path = cache / f"new-{key.hexdigest()[:20]}.duckdb"
     if path.is_file():
         return path

@@ -81,6 +81,16 @@ def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The user's cache (a new database's template, Spark translations) is this test run's, shared
+    by its workers and their subprocesses: no run reads what an earlier one left."""
+    folder = run_root(tmp_path_factory) / "user-cache"
+    folder.mkdir(exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, Callable[[Path], Any]], Path]:
     """built(key, build) -> a folder that `build(folder)` filled, once per test run for that key."""

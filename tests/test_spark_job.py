@@ -16,7 +16,9 @@ import pytest
 from pdforensics.spark import session
 from tests.test_spark_verdict import cli, timeout_args, write_layout
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# In the Spark group, after the equality tests: spark-submit's driver is a new process, and it reads the
+# translation they kept in this run's user cache (tests/conftest.py `user_cache`) instead of ~20 s again.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 FIXTURE = "decode_restart_watchdog_fires"
 

@@ -81,3 +81,30 @@ def test_stars_are_expanded_in_duckdb_order() -> None:
     tree = sqlglot.parse_one("SELECT x.* REPLACE (x.b + 1 AS b), * EXCLUDE (a) FROM t AS x", read="duckdb")
     out = translate.expand_stars(tree, translate.Describer(con)).sql(dialect="duckdb")
     assert out == "SELECT x.a, x.b + 1 AS b, x.c, b, c FROM t AS x"
+
+
+def test_a_translation_is_kept_for_the_next_process(translated, tmp_path: Path, monkeypatch) -> None:
+    """A new process (a `verdict --engine spark`, spark-submit's driver) reads the translation from
+    the user's cache instead of paying ~20 s again: written whole, read back equal, keyed (another
+    key translates again), and never with PDFORENSICS_CACHE=off."""
+    from pdforensics.spark import run
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    calls: list[str] = []
+
+    def translate_now(label: str):
+        def _now():
+            calls.append(label)
+            return translated
+
+        return _now
+
+    assert run._kept_on_disk("schema A", translate_now("first")) == translated
+    (kept,) = (tmp_path / "pdforensics").glob("spark-*.json")
+    assert run._kept_on_disk("schema A", translate_now("again")) == translated
+    assert calls == ["first"]
+    assert run._kept_on_disk("schema B", translate_now("other key")) == translated
+    assert calls == ["first", "other key"]
+    monkeypatch.setenv("PDFORENSICS_CACHE", "off")
+    assert run._kept_on_disk("schema A", translate_now("cache off")) == translated
+    assert calls[-1] == "cache off" and kept.is_file()

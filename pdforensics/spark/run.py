@@ -11,13 +11,18 @@ ints, structs as dicts, lists kept in order (an ordered list() is compared as a 
 from __future__ import annotations
 
 import decimal
+import hashlib
+import json
 import math
+import os
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from pdforensics import store, verdict
+from pdforensics import judgement, paths, store, verdict
 from pdforensics.spark import load, translate
 
 
@@ -36,10 +41,11 @@ def params_of(opts: verdict.VerdictOptions | None) -> translate.Params:
     return {k: v for k, v in out.items() if v is not None}
 
 
-_TRANSLATED: dict[tuple, tuple[list[translate.Translated], dict[str, str]]] = {}
+Translation = tuple[list[translate.Translated], dict[str, str]]
+_TRANSLATED: dict[tuple, Translation] = {}
 
 
-def translate_for(db: Path, params: translate.Params) -> tuple[list[translate.Translated], dict[str, str]]:
+def translate_for(db: Path, params: translate.Params) -> Translation:
     """The views translated against the DuckDB file `db`'s schema (see translate_con)."""
     con = duckdb.connect(str(db), read_only=True)
     store.plan_views_fast(con)
@@ -49,31 +55,73 @@ def translate_for(db: Path, params: translate.Params) -> tuple[list[translate.Tr
         con.close()
 
 
-def translate_con(
-    con: duckdb.DuckDBPyConnection, params: translate.Params
-) -> tuple[list[translate.Translated], dict[str, str]]:
-    """The views translated against `con`'s tables. Kept per schema (translating binds every star
-    in DuckDB, ~20-50 s here); only the views that read the parameters (`params`) are translated
-    again for each set of them. Installs the views on `con` as temporary ones when it needs them."""
+def translate_con(con: duckdb.DuckDBPyConnection, params: translate.Params) -> Translation:
+    """The views translated against `con`'s tables. Kept per schema, in this process and in the
+    user's cache (translating binds every star in DuckDB: ~20 s here, paid by each new process);
+    only the views that read the parameters (`params`) are translated again for each set of them.
+    Installs the views on `con` as temporary ones when it needs them."""
     shape = tuple(
         con.execute(
-            "SELECT table_name, column_name, data_type FROM duckdb_columns() "
-            "WHERE schema_name = 'main' AND NOT internal AND database_name = current_database() ORDER BY ALL"
+            "SELECT c.table_name, c.column_name, c.data_type FROM duckdb_columns() AS c "
+            "JOIN duckdb_tables() AS t USING (database_name, schema_name, table_name) "
+            "WHERE c.schema_name = 'main' AND NOT c.internal AND c.database_name = current_database() "
+            "ORDER BY ALL"
         ).fetchall()
-    )
+    )  # the tables only: the views' columns follow from them and the view files (in the key)
     key = (shape, translate.views_text())
     if key not in _TRANSLATED:
-        verdict.install_views(con, temporary=True)
-        _TRANSLATED[key] = translate.translate_all(con)
+
+        def translate_every_view() -> Translation:
+            verdict.install_views(con, temporary=True)
+            return translate.translate_all(con)
+
+        _TRANSLATED[key] = _kept_on_disk(repr(key), translate_every_view)
     done, failed = _TRANSLATED[key]
     done, failed = list(done), dict(failed)
     if params:
         views = {v.name for v in translate.read_views()[0] if translate.reads_parameters(v)}
         # no star in them: DuckDB's binder (the installed views) is not needed
-        redone, refailed = translate.translate_all(con, params, only=views)
+        redone, refailed = _kept_on_disk(
+            repr((key, sorted(params.items(), key=repr))),
+            lambda: translate.translate_all(con, params, only=views),
+        )
         by_name = {t.name: t for t in redone}
         done = [by_name.get(t.name, t) for t in done if t.name not in refailed]
         failed |= refailed
+    return done, failed
+
+
+# Files whose code decides a translation, beside the views and the schema in the key.
+_TRANSLATING_CODE = ("translate.py",)
+
+
+def _kept_on_disk(key: str, translate_now: Callable[[], Translation]) -> Translation:
+    """`translate_now()`'s result, read from the user's cache when this key (the schema, the view
+    files, the parameters, the translating code, sqlglot's and DuckDB's versions) was translated
+    before; written there whole (a temporary file renamed into place) otherwise. Keyed, never
+    timed: a changed view, option or translator is another file. PDFORENSICS_CACHE=off: no file."""
+    import sqlglot
+
+    digest = hashlib.sha256(f"{key}|{sqlglot.__version__}|{duckdb.__version__}".encode())
+    for name in _TRANSLATING_CODE:
+        digest.update((Path(translate.__file__).parent / name).read_bytes())
+    path = paths.user_cache_dir() / f"spark-{digest.hexdigest()[:24]}.json"
+    if judgement.enabled():
+        with suppress(OSError, ValueError, KeyError, TypeError):
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            done = [
+                translate.Translated(t["name"], [tuple(s) for s in t["steps"]], t["deps"])
+                for t in doc["done"]
+            ]
+            return done, dict(doc["failed"])
+    done, failed = translate_now()
+    if judgement.enabled():
+        doc = {"done": [{"name": t.name, "steps": t.steps, "deps": t.deps} for t in done], "failed": failed}
+        with suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(doc), encoding="utf-8")
+            os.replace(tmp, path)
     return done, failed
 
 
