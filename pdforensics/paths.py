@@ -23,6 +23,12 @@ def fixtures_dir() -> Path:
     return _shipped("fixtures")
 
 
+CACHE_DIR_ENV = "PDFORENSICS_CACHE_DIR"
+
+
 def user_cache_dir() -> Path:
-    """Where pdforensics keeps what it can rebuild (a new database's template, Spark translations)."""
+    """Where pdforensics keeps what it can rebuild (a new database's template, Spark translations):
+    $PDFORENSICS_CACHE_DIR, else $XDG_CACHE_HOME/pdforensics, else ~/.cache/pdforensics."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pdforensics"

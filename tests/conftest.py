@@ -85,9 +85,11 @@ def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The user's cache (a new database's template, Spark translations) is this test run's, shared
     by its workers and their subprocesses: no run reads what an earlier one left."""
+    from pdforensics.paths import CACHE_DIR_ENV
+
     folder = run_root(tmp_path_factory) / "user-cache"
     folder.mkdir(exist_ok=True)
-    os.environ["XDG_CACHE_HOME"] = str(folder)
+    os.environ[CACHE_DIR_ENV] = str(folder)  # not XDG_CACHE_HOME: pip's, fontconfig's stay warm
     return folder
 
 

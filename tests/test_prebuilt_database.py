@@ -11,7 +11,7 @@ import pytest
 from pdforensics import judgement, store
 from pdforensics.catalog import load_catalog
 from pdforensics.ingest import ingest
-from pdforensics.paths import fixtures_dir
+from pdforensics.paths import CACHE_DIR_ENV, fixtures_dir
 from pdforensics.sources import Selection
 from pdforensics.sources.export import ExportFileSource
 from pdforensics.verdict import VerdictOptions, compute_verdict, install_views, prebuilt_database
@@ -19,6 +19,8 @@ from pdforensics.verdict import VerdictOptions, compute_verdict, install_views, 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # the documented default place (the suite's own PDFORENSICS_CACHE_DIR unset for this test)
+    monkeypatch.delenv(CACHE_DIR_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv(judgement.ENV, raising=False)
     return tmp_path / "cache" / "pdforensics"

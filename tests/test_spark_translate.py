@@ -87,9 +87,10 @@ def test_a_translation_is_kept_for_the_next_process(translated, tmp_path: Path, 
     """A new process (a `verdict --engine spark`, spark-submit's driver) reads the translation from
     the user's cache instead of paying ~20 s again: written whole, read back equal, keyed (another
     key translates again), and never with PDFORENSICS_CACHE=off."""
+    from pdforensics.paths import CACHE_DIR_ENV
     from pdforensics.spark import run
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "pdforensics"))
     calls: list[str] = []
 
     def translate_now(label: str):
