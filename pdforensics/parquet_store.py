@@ -36,6 +36,10 @@ PART_KEY = "parquet_part:"
 NULL_VALUE = "_"
 # Hive's FileUtils.escapePathName (and Spark's ExternalCatalogUtils): these and control characters.
 _HIVE_ESCAPED = set("\"#%'*/:=?\\\x7f{[]^") | {chr(c) for c in range(1, 32)}
+# Rows per Parquet row group of a part. DuckDB's default (122,880, a whole stored batch) buffers a
+# batch's text in one allocation (~128 MiB at SGLang's line lengths), past the ingest's 250 MB
+# DuckDB memory limit: `--parquet` failed at 1M lines ("failed to allocate 128.0 MiB").
+PART_ROW_GROUP = 16_384
 _PART_FILE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
 _HOST = f"CASE WHEN host IS NULL OR host = '' THEN '{NULL_VALUE}' ELSE host END"
 _HOUR = f"coalesce(strftime(make_timestamp(ts_us), '%Y-%m-%dT%H'), '{NULL_VALUE}')"
@@ -132,7 +136,7 @@ class ParquetMirror:
                     d.mkdir(parents=True, exist_ok=True)
                     con.execute(
                         f"COPY (SELECT * FROM {table} WHERE {scope} AND {_HOST} = {_literal(host)} "
-                        f"AND {_HOUR} = {_literal(hour)} ORDER BY line_id) TO {_literal(str(tmp))} (FORMAT parquet)"
+                        f"AND {_HOUR} = {_literal(hour)} ORDER BY line_id) TO {_literal(str(tmp))} (FORMAT parquet, ROW_GROUP_SIZE {PART_ROW_GROUP})"
                     )
                     os.replace(tmp, d / name)
         con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [f"{self.key}{ingest_id}-{lo}", str(hi)])

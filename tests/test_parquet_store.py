@@ -186,3 +186,39 @@ def test_a_parquet_copy_that_cannot_be_written_is_named_not_the_database(
     assert line.startswith(f"pdforensics: writing the Parquet copy {pq} failed: "), line
     assert "No space left on device" in line and f"writing {db}" not in line, line
     assert not [p for p in pq.rglob("*") if p.is_file()], "no part file left"
+
+
+def test_a_batch_larger_than_the_memory_limit_is_written_in_row_groups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--parquet` at 1M lines failed with "failed to allocate 128.0 MiB": DuckDB's default row group
+    is a whole stored batch, buffered at once. Scaled down: a 48,000-line batch of ~48 MB of text
+    under a 128 MB DuckDB limit (the ingest's is 250 MB for 122,880-line batches): one row group per
+    part runs out of memory there (it needs ~136 MB), row groups of PART_ROW_GROUP need ~120 MB."""
+    from pdforensics import ingest as ingest_module
+    from pdforensics.parquet_store import PART_ROW_GROUP
+    from pdforensics.sources.detect import open_file_source
+
+    monkeypatch.setattr(ingest_module, "INGEST_MEMORY_LIMIT", "128MB")
+    log = tmp_path / "gpu-a-sglang-prefill.log"
+    pad = "x" * 1_000
+    with log.open("w") as f:
+        for i in range(48_000):
+            stamp = f"[2026-11-29 10:{i // 1000 % 60:02d}:{i % 60:02d} TP0]"
+            if i % 100 == 0:  # a line the catalog knows: events to mirror too
+                f.write(f"{stamp} Prefill batch, #new-seq: 1, #new-token: 2, #cached-token: 0, token usage: "
+                        "0.00, #running-req: 0, #queue-req: 0,\n")  # fmt: skip
+            else:
+                f.write(f"{stamp} a line of text {i} {pad}\n")
+    db, parquet = tmp_path / "big.duckdb", tmp_path / "pq"
+    ingest(db, [open_file_source(log)], Selection(), load_catalog(), batch_size=48_000, parquet=parquet)
+    assert_mirrors(db, parquet)
+    (part,) = (parquet / "lines").glob("*/*/part-*.parquet")
+    con = duckdb.connect()
+    try:
+        groups = con.execute(
+            f"SELECT row_group_id, max(row_group_num_rows) FROM parquet_metadata('{part}') GROUP BY ALL"
+        ).fetchall()
+    finally:
+        con.close()
+    assert len(groups) == -(-48_000 // PART_ROW_GROUP) and max(n for _, n in groups) == PART_ROW_GROUP
