@@ -133,6 +133,7 @@ class Sent:
     aborted_s: float | None = None  # when the drill closed it
     finished: bool = False  # the stream ended before the drill aborted it
     error: str | None = None
+    closed_t: float | None = None  # when the drill's connection was closed (monotonic)
 
 
 @dataclass
@@ -297,6 +298,7 @@ def one_request(plan: Plan, s: Sent, stop: threading.Event, max_new_tokens: int,
         s.error = f"connection: {exc.strerror or exc}"
     finally:
         _close(sock)
+        s.closed_t = time.monotonic()
 
 
 # ------------------------------------------------------------------ the run

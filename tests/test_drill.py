@@ -52,6 +52,18 @@ def answer_of(dep: Deployment, tmp_path: Path, **over: object):  # type: ignore[
     return drill(plan, tmp_path / "drill.duckdb", files=dep.log_files, tz="UTC")
 
 
+def most_open_at_once(sent: list) -> int:
+    """The most connections the drill held open at one moment, from each one's send and close."""
+    edges = sorted(
+        [(s.sent_t, 1) for s in sent] + [(s.closed_t, -1) for s in sent], key=lambda e: (e[0], e[1])
+    )
+    open_now = peak = 0
+    for _, step in edges:
+        open_now += step
+        peak = max(peak, open_now)
+    return peak
+
+
 @pytest.mark.parametrize(
     ("build", "answer"),
     [
@@ -67,7 +79,10 @@ def test_each_build_gives_its_answer(standin: Standin, tmp_path: Path, build: st
     c = a.counts
     assert a.answer == answer, (a.reasons, a.caveats)
     assert c["sent"] == 8 and c["aborted"] == 8 and c["errors"] == 0 and not a.brakes
-    assert dep.state.peak <= 4  # never more than the planned concurrency
+    # never more than the planned concurrency open at once, counted on the drill's side: the
+    # stand-in may still hold a connection the drill closed (it notices at its next write, later
+    # on a busy machine), so its own count is not the drill's promise
+    assert most_open_at_once(a.run.sent) == 4
     if answer == "watchdog_proven":
         assert c["pinned"] == c["released_by_watchdog"] == c["raced"] == 8 and c["silent_pins"] == 0
         assert dep.state.watchdog_fired == 8 and a.run.final["inflight"] == a.run.baseline["inflight"] == 0
@@ -108,7 +123,7 @@ def test_each_brake_stops_the_drill(standin: Standin, build: str, brakes: Brakes
     run = run_drill(plan)
     assert [b["brake"] for b in run.brakes] == [name], run.brakes
     assert _rounds_sent(run) < plan.requests  # stopped before the plan's end
-    assert dep.state.peak <= plan.concurrency
+    assert most_open_at_once(run.sent) <= plan.concurrency
     # stopped at once: nothing the drill sent is still open on the stand-in
     deadline = time.monotonic() + 5
     while dep.state.active and time.monotonic() < deadline:
