@@ -82,7 +82,7 @@ def test_each_build_gives_its_answer(standin: Standin, tmp_path: Path, build: st
     # never more than the planned concurrency open at once, counted on the drill's side: the
     # stand-in may still hold a connection the drill closed (it notices at its next write, later
     # on a busy machine), so its own count is not the drill's promise
-    assert most_open_at_once(a.run.sent) == 4
+    assert most_open_at_once(a.run.sent) <= 4
     if answer == "watchdog_proven":
         assert c["pinned"] == c["released_by_watchdog"] == c["raced"] == 8 and c["silent_pins"] == 0
         assert dep.state.watchdog_fired == 8 and a.run.final["inflight"] == a.run.baseline["inflight"] == 0
