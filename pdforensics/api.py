@@ -179,6 +179,8 @@ def _verdict_or_none(db, since_us, until_us, watchdog_timeout, grace, sources) -
         from pdforensics.verdict import compute_verdict
     except ImportError:
         return None
+    from pdforensics.ingest import VERDICT_MEMORY_LIMIT
+
     # A live journal's window ends where its reading ended (the run's read_to_us), as it does for
     # every verdict after this one: not at now_us, when the ingest started.
     live = any(getattr(s, "kind", None) == "local" for s in sources)
@@ -188,6 +190,7 @@ def _verdict_or_none(db, since_us, until_us, watchdog_timeout, grace, sources) -
     except DatabaseError:  # another writer took the file the moment this one closed it
         return None
     try:
+        con.execute(f"SET memory_limit = '{VERDICT_MEMORY_LIMIT}'")
         return compute_verdict(con, with_unit_environment(con, opts) if live else opts)
     finally:
         con.close()

@@ -218,3 +218,25 @@ def test_a_later_verdict_judges_the_window_not_its_context(incident, tmp_path):
     assert later.window_start_us == at_ingest.window_start_us == since
     assert later.window_basis == "last ingest"
     assert (later.verdict, later.counts) == (at_ingest.verdict, at_ingest.counts)
+
+
+def test_the_ingests_verdict_is_judged_under_its_memory_limit(incident, tmp_path, monkeypatch):
+    """The verdict an ingest prints judges every request at once: under DuckDB's default limit (80 %
+    of RAM) it was the 10M-line ingest's peak RSS (docs/benchmark.md). It runs under its own limit."""
+    from pdforensics import verdict as verdict_module
+    from pdforensics.ingest import VERDICT_MEMORY_LIMIT
+
+    limits = []
+    judge = verdict_module.compute_verdict
+
+    def judged(con, opts):  # type: ignore[no-untyped-def]
+        limits.append(con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+        return judge(con, opts)
+
+    monkeypatch.setattr(verdict_module, "compute_verdict", judged)
+    _, verdict = _ingest(tmp_path / "m.duckdb", incident, None, journal_files=[incident["journal"]])
+    duck = duckdb.connect()
+    duck.execute(f"SET memory_limit = '{VERDICT_MEMORY_LIMIT}'")
+    assert limits == [duck.execute("SELECT current_setting('memory_limit')").fetchone()[0]]
+    assert limits[0] != duckdb.connect().execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert verdict.verdict == incident["expected"]["verdict"] and len(_silent(verdict)) == 3

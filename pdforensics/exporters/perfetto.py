@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -73,10 +74,10 @@ class _Writer:
     def texts(self, events: Iterator[str]) -> None:
         """Events already encoded as JSON text."""
         self.flush()
-        for text in events:
-            self.fh.write(("\n" if self.first else ",\n") + text)
+        while chunk := list(islice(events, self.BATCH)):
+            self.fh.write(("\n" if self.first else ",\n") + ",\n".join(chunk))
             self.first = False
-            self.count += 1
+            self.count += len(chunk)
 
     def flush(self) -> None:
         if not self.pending:
@@ -96,9 +97,12 @@ def export(con: duckdb.DuckDBPyConnection, out: Path) -> Path:
         fh.write('{"displayTimeUnit":"ms","traceEvents":[')
         emit = _Writer(fh)
         _metadata(emit, procs)
-        for fn in (_incarnations, _lifecycle, _counters, _holes):
+        for fn in (_incarnations, _lifecycle):
             for event in fn(con, procs):
                 emit(event)
+        emit.texts(_counters(con, procs))
+        for event in _holes(con, procs):
+            emit(event)
         if req.available(con):
             emit.texts(_requests(con, procs, end))
         for event in _window(con, start, end):
@@ -142,6 +146,22 @@ def _metadata(emit: _Writer, procs: dict[tuple[str, str], Instance]) -> None:
 def _pid(procs: dict[tuple[str, str], Instance], host: str | None, engine: str | None) -> int:
     inst = procs.get((host or "", engine or ""))
     return inst.index if inst else WINDOW_PID
+
+
+def _pids(procs: dict[tuple[str, str], Instance]) -> dict[str, list]:
+    """The instances' trace pids as SQL list parameters, for a `pids` table of (host, engine, pid)."""
+    keys = list(procs)
+    return {
+        "hosts": [k[0] for k in keys],
+        "engines": [k[1] for k in keys],
+        "pids": [procs[k].index for k in keys],
+    }
+
+
+def _first_column(cur: duckdb.DuckDBPyConnection) -> Iterator[str]:
+    """A query's one column of JSON texts, fetched in chunks."""
+    while chunk := cur.fetchmany(20_000):
+        yield from (row[0] for row in chunk)
 
 
 def _clean(args: dict[str, Any]) -> dict[str, Any]:
@@ -192,29 +212,33 @@ def _lifecycle(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
         }  # fmt: skip
 
 
-def _counters(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
-    """One counter track per gauge, engine instance and DP rank; duplicate TP ranks are skipped."""
-    rows = dict_rows(
-        con,
+def _counters(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[str]:
+    """One counter track per gauge, engine instance and DP rank; duplicate TP ranks are skipped.
+    Encoded by DuckDB (a dict per event cost a third of a 100k-line export's time)."""
+    gauges = [
+        f"SELECT host, engine, dp_rank, t_us, {i} AS k, '{label}' AS label, to_json({column}) AS value "
+        f"FROM s WHERE engine = '{engine}' AND {column} IS NOT NULL"
+        for engine, columns in COUNTERS.items()
+        for i, (column, label) in enumerate(columns)
+    ]
+    cur = con.execute(
         f"""WITH s AS (
                 SELECT *, greatest(inflight_req - coalesce(new_seq, 0), 0) AS floor,
                        min(coalesce(tp_rank, 0)) OVER (PARTITION BY host, engine, dp_rank) AS lowest_tp
                 FROM {events_rel(con)}
                 WHERE event IN ('prefill_stats', 'decode_stats') AND t_us IS NOT NULL
-            )
-            SELECT host, engine, dp_rank, t_us, floor, inflight_req, bootstrap_req, queue_req, running_req,
-                   transfer_req, prealloc_req, retracted_req, gen_throughput
-            FROM s WHERE coalesce(tp_rank, 0) = lowest_tp
-            ORDER BY t_us""",
+                QUALIFY coalesce(tp_rank, 0) = lowest_tp
+            ),
+            pids AS (SELECT unnest($hosts) AS host, unnest($engines) AS engine, unnest($pids) AS pid),
+            g AS ({" UNION ALL ".join(gauges)})
+            SELECT to_json({{ph: 'C', cat: 'gauge',
+                             name: label || coalesce(' [DP' || g.dp_rank || ']', ''),
+                             pid: coalesce(pids.pid, {WINDOW_PID}), ts: t_us, args: {{value: value}}}})::VARCHAR
+            FROM g LEFT JOIN pids ON pids.host = coalesce(g.host, '') AND pids.engine = g.engine
+            ORDER BY t_us, g.host, g.engine, g.dp_rank, k""",
+        _pids(procs),
     )
-    for r in rows:
-        pid = _pid(procs, r["host"], r["engine"])
-        suffix = f" [DP{r['dp_rank']}]" if r["dp_rank"] is not None else ""
-        for column, label in COUNTERS.get(r["engine"], []):
-            value = r.get(column)
-            if value is not None:
-                yield {"ph": "C", "cat": "gauge", "name": label + suffix, "pid": pid, "ts": r["t_us"],
-                       "args": {"value": value}}  # fmt: skip
+    return _first_column(cur)
 
 
 def _holes(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
@@ -289,16 +313,8 @@ def _requests(con: duckdb.DuckDBPyConnection, procs: dict, window_end: int) -> I
     sql = REQUEST_EVENTS_SQL.format(
         spans=req.spans_sql(), window_pid=WINDOW_PID, tid_watchdog=TID_WATCHDOG, tid_failures=TID_FAILURES
     )
-    keys = list(procs)
-    params = {
-        "window_end": window_end,
-        "hosts": [k[0] for k in keys],
-        "engines": [k[1] for k in keys],
-        "pids": [procs[k].index for k in keys],
-    }
-    cur = con.execute(sql, params)
-    while chunk := cur.fetchmany(20_000):
-        yield from (row[0] for row in chunk)
+    cur = con.execute(sql, {"window_end": window_end, **_pids(procs)})
+    return _first_column(cur)
 
 
 # ------------------------------------------------------------------ the window
