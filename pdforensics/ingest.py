@@ -106,8 +106,11 @@ class IngestSummary:
 BATCH_SIZE = 122_880
 # DuckDB's buffer pool otherwise keeps every block the ingest wrote (up to 80 % of RAM: 3.5 GB at
 # 10M lines); written blocks can be evicted. 250 MB: the 10M-entry journal ingest peaked at 1,521 MB
-# with 500 MB (15 MB under the 1.5 GB bound) and at 1,287 MB with 250 MB, for ~6 % more CPU.
-INGEST_MEMORY_LIMIT = "250MB"
+# with 500 MB and at 1,287 MB with 250 MB, for ~6 % more CPU. The 10M-line plain ingest (peak RSS in
+# KiB, one run each): 1,168,940 with 250 MB and two reader batches ahead (141 s); with one ahead,
+# 1,045,324 with 150 MB (150 s), 1,007,676 with 100 MB (165 s). A batch of 3 KB lines (400 MB) still
+# stores under 100 MB (DuckDB spills).
+INGEST_MEMORY_LIMIT = "150MB"
 # The verdict the ingest prints judges every request at once: under DuckDB's default limit (80 % of
 # RAM) it was the 10M-line ingest's peak, 5.16 GB of 1.6M requests. 500 MB: measured 14.5 s against
 # 5.8 s there (it spills to <db>.tmp), no slower at 1M lines; later readers read the kept judgement.

@@ -37,8 +37,8 @@ NULL_VALUE = "_"
 # Hive's FileUtils.escapePathName (and Spark's ExternalCatalogUtils): these and control characters.
 _HIVE_ESCAPED = set("\"#%'*/:=?\\\x7f{[]^") | {chr(c) for c in range(1, 32)}
 # Rows per Parquet row group of a part. DuckDB's default (122,880, a whole stored batch) buffers a
-# batch's text in one allocation (~128 MiB at SGLang's line lengths), past the ingest's 250 MB
-# DuckDB memory limit: `--parquet` failed at 1M lines ("failed to allocate 128.0 MiB").
+# batch's text in one allocation (~128 MiB at SGLang's line lengths), past the ingest's DuckDB
+# memory limit (then 250 MB, now 150 MB): `--parquet` failed at 1M lines ("failed to allocate 128.0 MiB").
 PART_ROW_GROUP = 16_384
 _PART_FILE = re.compile(r"^part-(\d+)-(\d+)\.parquet$")
 _HOST = f"CASE WHEN host IS NULL OR host = '' THEN '{NULL_VALUE}' ELSE host END"

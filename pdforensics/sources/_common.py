@@ -373,8 +373,9 @@ class _Failure:
 
 
 # Batches a reader may run ahead of its consumer; 0 reads in the consumer's thread (for measuring
-# the overlap, or debugging). Memory: at most READ_AHEAD + 2 batches exist at once.
-READ_AHEAD = 2
+# the overlap, or debugging). Memory: at most READ_AHEAD + 2 batches exist at once. One is enough to
+# keep the parse fed (a reader batch takes a fraction of its parse) and keeps a 16 MiB chunk less.
+READ_AHEAD = 1
 
 
 def in_background(produce: Callable[[Callable[[], bool]], Iterator[T]]) -> Iterator[T]:
