@@ -193,7 +193,7 @@ def test_a_batch_larger_than_the_memory_limit_is_written_in_row_groups(
 ) -> None:
     """`--parquet` at 1M lines failed with "failed to allocate 128.0 MiB": DuckDB's default row group
     is a whole stored batch, buffered at once. Scaled down: a 48,000-line batch of ~48 MB of text
-    under a 128 MB DuckDB limit (the ingest's is 250 MB for 122,880-line batches): one row group per
+    under a 128 MB DuckDB limit (the ingest's was 250 MB, now 150 MB, for 122,880-line batches): one row group per
     part runs out of memory there (it needs ~136 MB), row groups of PART_ROW_GROUP need ~120 MB."""
     from pdforensics import ingest as ingest_module
     from pdforensics.parquet_store import PART_ROW_GROUP

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from itertools import islice
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -71,10 +70,10 @@ class _Writer:
         if len(self.pending) >= self.BATCH:
             self.flush()
 
-    def texts(self, events: Iterator[str]) -> None:
-        """Events already encoded as JSON text."""
+    def texts(self, chunks: Iterator[list[str]]) -> None:
+        """Events already encoded as JSON text, a chunk at a time."""
         self.flush()
-        while chunk := list(islice(events, self.BATCH)):
+        for chunk in chunks:
             self.fh.write(("\n" if self.first else ",\n") + ",\n".join(chunk))
             self.first = False
             self.count += len(chunk)
@@ -158,10 +157,10 @@ def _pids(procs: dict[tuple[str, str], Instance]) -> dict[str, list]:
     }
 
 
-def _first_column(cur: duckdb.DuckDBPyConnection) -> Iterator[str]:
-    """A query's one column of JSON texts, fetched in chunks."""
-    while chunk := cur.fetchmany(20_000):
-        yield from (row[0] for row in chunk)
+def _json_chunks(cur: duckdb.DuckDBPyConnection) -> Iterator[list[str]]:
+    """A query's one column of JSON texts, a chunk of rows at a time (for _Writer.texts)."""
+    while chunk := cur.fetchmany(_Writer.BATCH):
+        yield [row[0] for row in chunk]
 
 
 def _clean(args: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +211,7 @@ def _lifecycle(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
         }  # fmt: skip
 
 
-def _counters(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[str]:
+def _counters(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[list[str]]:
     """One counter track per gauge, engine instance and DP rank; duplicate TP ranks are skipped.
     Encoded by DuckDB (a dict per event cost a third of a 100k-line export's time)."""
     gauges = [
@@ -238,7 +237,7 @@ def _counters(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[str]:
             ORDER BY t_us, g.host, g.engine, g.dp_rank, k""",
         _pids(procs),
     )
-    return _first_column(cur)
+    return _json_chunks(cur)
 
 
 def _holes(con: duckdb.DuckDBPyConnection, procs: dict) -> Iterator[dict]:
@@ -309,12 +308,12 @@ ORDER BY req_ord, side_ord, k = 2, span_ord, k
 """
 
 
-def _requests(con: duckdb.DuckDBPyConnection, procs: dict, window_end: int) -> Iterator[str]:
+def _requests(con: duckdb.DuckDBPyConnection, procs: dict, window_end: int) -> Iterator[list[str]]:
     sql = REQUEST_EVENTS_SQL.format(
         spans=req.spans_sql(), window_pid=WINDOW_PID, tid_watchdog=TID_WATCHDOG, tid_failures=TID_FAILURES
     )
     cur = con.execute(sql, {"window_end": window_end, **_pids(procs)})
-    return _first_column(cur)
+    return _json_chunks(cur)
 
 
 # ------------------------------------------------------------------ the window
