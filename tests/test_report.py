@@ -26,6 +26,7 @@ from pdforensics.report.synth import (
     write_db,
 )
 from pdforensics.verdict import VerdictOptions, compute_verdict
+from tests.test_scenarios import SCENARIOS, expected_of, options
 
 OPTS = VerdictOptions(watchdog_timeout_s=60)
 
@@ -603,3 +604,18 @@ def test_the_prometheus_gauge_is_drawn_beside_the_floor_and_says_its_source(tmp_
     assert len(metric) == 1 and "inflight gauge (Prometheus), every 10 s" in metric[0]["name"], metric
     assert metric[0]["y"] == [1] * 28
     assert any(t["legendgroup"] == "inflight_floor" for t in gauges)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_bundled_incident_has_a_report_with_its_verdict(
+    scenario: str, scenario_db, tmp_path: Path
+) -> None:
+    """No incident the simulator knows breaks the report (a server that is not PD-disaggregated,
+    engine `unified`, once stopped it with an internal error); its banner is the ground truth's."""
+    exp = expected_of(scenario)
+    con = store.open_db(scenario_db("json_runs", scenario), read_only=True)
+    try:
+        page = write_report(con, tmp_path / "r.html", options(exp)).read_text()
+    finally:
+        con.close()
+    assert f'<div class="verdict" id="verdict-text">{exp["verdict"]}</div>' in page

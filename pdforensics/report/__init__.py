@@ -3,12 +3,13 @@
     write_report(con, out, opts, show_prompts=False) -> out
 
 The verdict comes from `pdforensics.verdict`; the rest from its views (see
-`data.py`). plotly is imported lazily (inside `figures.py` functions) so that
-importing this package stays cheap.
+`data.py`). The figures are plain dicts (`figures.py`) that the page's own copy of plotly.js
+draws: plotly's Python package is never imported, only its bundled plotly.js read.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from datetime import UTC, datetime
@@ -99,9 +100,13 @@ def check_out(out: Path) -> None:
 
 
 def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs()
+    """The plotly.js bundled with the plotly package, read without importing the package (what
+    `plotly.offline.get_plotlyjs` returns; its import costs more than the read)."""
+    spec = importlib.util.find_spec("plotly")
+    folders = spec.submodule_search_locations if spec else None
+    if not folders:
+        raise UsageError("the plotly package is not installed: pip install plotly")
+    return (Path(next(iter(folders))) / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
 
 
 def build_model(

@@ -661,9 +661,10 @@ def fleet_view(verdict: dict[str, Any], gauges: list[dict[str, Any]]) -> dict[st
     prefill, and the decode most of the requests that did not complete went to (most of its own
     first). None when no engine has gauges from more than one host (nothing is drawn over another)."""
     hosts: dict[str, list[str]] = {"prefill": [], "decode": []}
-    for s in gauges:
-        if s["host"] not in hosts[s["engine"]]:
-            hosts[s["engine"]].append(s["host"])
+    for s in gauges:  # a server that is not PD-disaggregated (`unified`) has neither side
+        side = hosts.get(s["engine"])
+        if side is not None and s["host"] not in side:
+            side.append(s["host"])
     if max(len(h) for h in hosts.values()) < 2:
         return None
     order = [i["host"] or "?" for i in verdict.get("instances") or []]

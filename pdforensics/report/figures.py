@@ -1,4 +1,8 @@
-"""The report's plotly figures, returned as plain JSON-ready dicts (plotly is imported lazily).
+"""The report's plotly figures, returned as plain JSON-ready dicts; plotly (Python) is not used.
+
+The page embeds plotly.js, which draws these dicts: plotly's Python classes (their import and
+their validation) cost more than everything else the figures take. The dicts are what those
+classes wrote out, key for key: `_subplots` is `make_subplots`' layout, float for float.
 
 Times go to plotly as milliseconds since the epoch on a date axis (plotly
 treats them as UTC and prints them without converting to a local zone). Text
@@ -66,6 +70,19 @@ def _base_layout(height: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _no_template() -> dict[str, Any]:
+    """plotly's "none" template (no defaults) as plotly.py wrote it into a figure's layout."""
+    return {"data": {"scatter": [{"type": "scatter"}]}}
+
+
+def _axis(layout: dict[str, Any], xy: str, row: int) -> dict[str, Any]:
+    return layout[f"{xy}axis" if row == 1 else f"{xy}axis{row}"]
+
+
+def _axis_id(xy: str, row: int) -> str:
+    return xy if row == 1 else f"{xy}{row}"
+
+
 # ------------------------------------------------------------------ the shared time axis
 
 
@@ -82,8 +99,6 @@ def timeline(
     grace_s: float = 0.0,
 ) -> dict[str, Any]:
     """Gauges, markers and open requests' watchdog deadlines on one shared time axis."""
-    from plotly.subplots import make_subplots
-
     rows = [
         ("prefill queues (requests)", 1.0),
         ("decode queues (requests)", 1.0),
@@ -94,43 +109,91 @@ def timeline(
             ("open requests: watchdog deadline, deadline + grace", min(1.6, 0.4 + 0.05 * len(deadlines)))
         )
     rows.append(("events", 0.8))
-    fig = make_subplots(
-        rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.045,
-        row_heights=[h for _, h in rows], subplot_titles=[t for t, _ in rows],
-    )  # fmt: skip
     marker_row = len(rows)
     streams: dict[str, int] = {}
     for s in gauges:
         streams[s["metric"]] = streams.get(s["metric"], 0) + 1
     shown: set[str] = set()
     peak = {1: 0.0, 2: 0.0}
+    data = []
     for s in gauges:
         row = 1 if s["engine"] == "prefill" else 3 if s["metric"] == "gen_throughput" else 2
-        fig.add_scatter(**_gauge_trace(s, streams[s["metric"]], s["metric"] not in shown), row=row, col=1,
-                        legend=_legend_name(row))  # fmt: skip
+        data.append(_on_row(_gauge_trace(s, streams[s["metric"]], s["metric"] not in shown), row))
         shown.add(s["metric"])
         if row in peak:
             peak[row] = max([peak[row], *[v for v in s["y"] if v is not None]])
     if deadlines:
-        for tr in _deadline_traces(deadlines, timeout_s, grace_s):
-            fig.add_trace(tr.update(legend=_legend_name(4)), row=4, col=1)
-    for tr in [*_marker_traces(markers, lifecycle), *_hole_traces(holes)]:
-        fig.add_trace(tr.update(legend=_legend_name(marker_row)), row=marker_row, col=1)
+        data += [_on_row(tr, 4) for tr in _deadline_traces(deadlines, timeout_s, grace_s)]
+    data += [_on_row(tr, marker_row) for tr in [*_marker_traces(markers, lifecycle), *_hole_traces(holes)]]
     layout = _base_layout(int(190 * sum(h for _, h in rows) + 100))
+    layout["template"] = _no_template()
     layout["margin"] = {"l": MARGIN_L, "r": MARGIN_R, "t": 30, "b": 40}
-    layout["shapes"] = _window_shapes(restarts, holes, storms, window)
-    fig.update_layout(**layout)
-    _row_legends(fig, len(rows))
-    fig.update_xaxes(type="date", range=[_ms(window[0]), _ms(window[1])], showgrid=True, gridcolor="#eef0f3")
-    fig.update_xaxes(title_text="UTC", row=len(rows), col=1)
-    fig.update_yaxes(rangemode="tozero", showgrid=True, gridcolor="#eef0f3", zeroline=True)
-    fig.update_yaxes(type="category", categoryorder="array", categoryarray=MARKER_LANES[::-1],
-                     range=[-0.5, len(MARKER_LANES) - 0.5], zeroline=False, row=marker_row, col=1)  # fmt: skip
+    layout |= _subplots([t for t, _ in rows], [h for _, h in rows], 0.045)
+    _put_shapes(layout, _window_shapes(restarts, holes, storms, window))
+    _row_legends(layout, len(rows))
+    _timeline_axes(layout, len(rows), window, peak, bool(deadlines))
+    return {"data": data, "layout": layout}
+
+
+def _subplots(titles: list[str], heights: list[float], spacing: float) -> dict[str, Any]:
+    """What `make_subplots(rows=len(titles), cols=1, shared_xaxes=True, vertical_spacing=spacing,
+    row_heights=heights, subplot_titles=titles)` put in the layout: one x/y axis pair per row, top
+    row first, every x axis matching the bottom one (whose ticks alone are labelled), and the titles."""
+    n = len(titles)
+    layout: dict[str, Any] = {"annotations": []}
+    for row, (title, (y0, y1)) in enumerate(zip(titles, _row_domains(heights, spacing), strict=True), 1):
+        xaxis = {"anchor": _axis_id("y", row), "domain": [0.0, 1.0]}
+        if row < n:
+            xaxis |= {"matches": _axis_id("x", n), "showticklabels": False}
+        layout["xaxis" if row == 1 else f"xaxis{row}"] = xaxis
+        layout["yaxis" if row == 1 else f"yaxis{row}"] = {"anchor": _axis_id("x", row), "domain": [y0, y1]}
+        layout["annotations"].append({
+            "font": {"size": 16}, "showarrow": False, "text": title, "x": 0.5, "xanchor": "center",
+            "xref": "paper", "y": y1, "yanchor": "bottom", "yref": "paper",
+        })  # fmt: skip
+    return layout
+
+
+def _row_domains(heights: list[float], spacing: float) -> list[tuple[float, float]]:
+    """Each row's [bottom, top] in paper units, top row first, by make_subplots' arithmetic step for
+    step (rows stack from the bottom; a sum's order changes its last bit)."""
+    n = len(heights)
+    total = float(sum(heights))
+    sizes = [(1.0 - spacing * (n - 1)) * (h / total) for h in heights][::-1]  # bottom row first
+    out = []
+    for row in range(n):
+        k = n - 1 - row  # rows below this one
+        bottom = sum(sizes[:k]) + k * spacing
+        out.append((max(0.0, bottom), min(1.0, bottom + sizes[k])))
+    return out
+
+
+def _on_row(trace: dict[str, Any], row: int) -> dict[str, Any]:
+    """A trace on row `row`'s axes, its names in that row's legend."""
+    trace |= {"xaxis": _axis_id("x", row), "yaxis": _axis_id("y", row), "legend": _legend_name(row)}
+    return trace
+
+
+def _put_shapes(layout: dict[str, Any], shapes: list[dict[str, Any]]) -> None:
+    if shapes:  # (plotly wrote no key for none)
+        layout["shapes"] = shapes
+
+
+def _timeline_axes(
+    layout: dict[str, Any], n_rows: int, window: tuple[int, int], peak: dict[int, float], deadlines: bool
+) -> None:
+    for row in range(1, n_rows + 1):
+        _axis(layout, "x", row).update(
+            type="date", range=[_ms(window[0]), _ms(window[1])], showgrid=True, gridcolor="#eef0f3"
+        )
+        _axis(layout, "y", row).update(rangemode="tozero", showgrid=True, gridcolor="#eef0f3", zeroline=True)
+    _axis(layout, "x", n_rows)["title"] = {"text": "UTC"}
+    _axis(layout, "y", n_rows).update(type="category", categoryorder="array", categoryarray=MARKER_LANES[::-1],
+                                      range=[-0.5, len(MARKER_LANES) - 0.5], zeroline=False)  # fmt: skip
     for row, top in peak.items():  # request counts: whole-number ticks
-        fig.update_yaxes(tickformat=",d", tick0=0, dtick=count_dtick(top), row=row, col=1)
+        _axis(layout, "y", row).update(tickformat=",d", tick0=0, dtick=count_dtick(top))
     if deadlines:
-        fig.update_yaxes(showticklabels=False, rangemode="normal", zeroline=False, row=4, col=1)
-    return fig.to_plotly_json()
+        _axis(layout, "y", 4).update(showticklabels=False, rangemode="normal", zeroline=False)
 
 
 def count_dtick(top: float) -> int:
@@ -147,14 +210,13 @@ def _legend_name(row: int) -> str:
     return "legend" if row == 1 else f"legend{row}"
 
 
-def _row_legends(fig: Any, n_rows: int) -> None:
+def _row_legends(layout: dict[str, Any], n_rows: int) -> None:
     """One legend per subplot row, beside it on the right, so each name sits next to its lines."""
     for row in range(1, n_rows + 1):
-        axis = fig.layout["yaxis" if row == 1 else f"yaxis{row}"]
-        fig.update_layout({_legend_name(row): {
-            "x": 1.01, "xanchor": "left", "y": axis.domain[1], "yanchor": "top", "orientation": "v",
-            "font": {"size": 11}, "bgcolor": "rgba(255,255,255,0)", "tracegroupgap": 2,
-        }})  # fmt: skip
+        layout.setdefault(_legend_name(row), {}).update({
+            "x": 1.01, "xanchor": "left", "y": _axis(layout, "y", row)["domain"][1], "yanchor": "top",
+            "orientation": "v", "font": {"size": 11}, "bgcolor": "rgba(255,255,255,0)", "tracegroupgap": 2,
+        })  # fmt: skip
 
 
 def _gauge_trace(s: dict[str, Any], n_streams: int, first: bool) -> dict[str, Any]:
@@ -162,9 +224,10 @@ def _gauge_trace(s: dict[str, Any], n_streams: int, first: bool) -> dict[str, An
     stream_name = f"{s['stream']} {s['label']}"
     legend = stream_name if n_streams == 1 else f"{s['label']} ({n_streams} streams)"
     raw = s["metric"] == RAW_INFLIGHT
+    # (y is copied, as plotly did: the caller's series outlives the figure)
     return {
-        "x": [_ms(x) for x in s["x_us"]], "y": s["y"], "name": escape(legend), "mode": "lines",
-        "legendgroup": s["metric"], "showlegend": first,
+        "type": "scatter", "x": [_ms(x) for x in s["x_us"]], "y": list(s["y"]), "name": escape(legend),
+        "mode": "lines", "legendgroup": s["metric"], "showlegend": first,
         # the raw gauge sits above the floor whenever a batch admits requests: drawn, it reads as
         # requests stuck in a healthy window; one click on its legend entry draws it
         "visible": "legendonly" if raw else True,
@@ -177,9 +240,9 @@ def _gauge_trace(s: dict[str, Any], n_streams: int, first: bool) -> dict[str, An
     }  # fmt: skip
 
 
-def _deadline_traces(deadlines: list[dict[str, Any]], timeout_s: float, grace_s: float) -> list[Any]:
-    import plotly.graph_objects as go
-
+def _deadline_traces(
+    deadlines: list[dict[str, Any]], timeout_s: float, grace_s: float
+) -> list[dict[str, Any]]:
     held_x: list[float | None] = []
     held_y: list[int | None] = []
     over_x: list[float | None] = []
@@ -203,29 +266,29 @@ def _deadline_traces(deadlines: list[dict[str, Any]], timeout_s: float, grace_s:
         to_x.append(_ms(deadline - grace_s * US))
         to_text.append(escape(f"{who}: watchdog deadline ({timeout_s:g} s after it was pinned)"))
     return [
-        go.Scatter(x=held_x, y=held_y, mode="lines", name="open, before deadline + grace",
-                   line={"color": "#0b61c4", "width": 3}, hoverinfo="skip"),
-        go.Scatter(x=over_x, y=over_y, mode="lines", name="open past deadline + grace",
-                   line={"color": "#b3261e", "width": 3, "dash": "dot"}, hoverinfo="skip"),
-        go.Scatter(x=to_x, y=dl_y, mode="markers", name="watchdog deadline", customdata=dl_room,
-                   hovertext=to_text, hoverinfo="text",
-                   marker={"symbol": "line-ns-open", "size": 14, "color": "#d29922", "line": {"width": 2}}),
-        go.Scatter(x=dl_x, y=dl_y, mode="markers", name="deadline + grace", customdata=dl_room,
-                   hovertext=dl_text, hoverinfo="text",
-                   marker={"symbol": "line-ns-open", "size": 14, "color": "#b3261e", "line": {"width": 2}}),
+        {"type": "scatter", "x": held_x, "y": held_y, "mode": "lines", "name": "open, before deadline + grace",
+         "line": {"color": "#0b61c4", "width": 3}, "hoverinfo": "skip"},
+        {"type": "scatter", "x": over_x, "y": over_y, "mode": "lines", "name": "open past deadline + grace",
+         "line": {"color": "#b3261e", "width": 3, "dash": "dot"}, "hoverinfo": "skip"},
+        {"type": "scatter", "x": to_x, "y": dl_y, "mode": "markers", "name": "watchdog deadline",
+         "customdata": dl_room, "hovertext": to_text, "hoverinfo": "text",
+         "marker": {"symbol": "line-ns-open", "size": 14, "color": "#d29922", "line": {"width": 2}}},
+        {"type": "scatter", "x": dl_x, "y": dl_y, "mode": "markers", "name": "deadline + grace",
+         "customdata": dl_room, "hovertext": dl_text, "hoverinfo": "text",
+         "marker": {"symbol": "line-ns-open", "size": 14, "color": "#b3261e", "line": {"width": 2}}},
     ]  # fmt: skip
 
 
-def _marker_traces(markers: list[dict[str, Any]], lifecycle: list[dict[str, Any]]) -> list[Any]:
-    import plotly.graph_objects as go
-
+def _marker_traces(markers: list[dict[str, Any]], lifecycle: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     if lifecycle:
-        out.append(go.Scatter(
-            x=[_ms(p["t_us"]) for p in lifecycle], y=["engine lifecycle"] * len(lifecycle), mode="markers",
-            name="engine lifecycle", marker={"symbol": "triangle-down", "size": 10, "color": "#6e7781"},
-            hovertext=[escape(f"{p['host']} {p['engine']}: {p['event']}") for p in lifecycle], hoverinfo="text+x",
-        ))  # fmt: skip
+        out.append({
+            "type": "scatter", "x": [_ms(p["t_us"]) for p in lifecycle], "y": ["engine lifecycle"] * len(lifecycle),
+            "mode": "markers", "name": "engine lifecycle",
+            "marker": {"symbol": "triangle-down", "size": 10, "color": "#6e7781"},
+            "hovertext": [escape(f"{p['host']} {p['engine']}: {p['event']}") for p in lifecycle],
+            "hoverinfo": "text+x",
+        })  # fmt: skip
     style = {"watchdog": ("watchdog firings", "x", "#d29922"), "abort": ("aborts", "diamond", "#8250df"),
              "failure": ("failures", "x-thin-open", "#1d232b")}  # fmt: skip
     for m in markers:
@@ -234,37 +297,38 @@ def _marker_traces(markers: list[dict[str, Any]], lifecycle: list[dict[str, Any]
             pts = m["points"]
             if not pts:
                 continue
-            out.append(go.Scatter(
-                x=[_ms(p["t_us"]) for p in pts], y=[lane] * len(pts), mode="markers", name=lane,
-                customdata=[p["room"] for p in pts], marker={"symbol": symbol, "size": 9, "color": color},
-                hovertext=[escape(f"room {p['room']}: {p.get('what') or ''}") for p in pts], hoverinfo="text+x",
-            ))  # fmt: skip
+            out.append({
+                "type": "scatter", "x": [_ms(p["t_us"]) for p in pts], "y": [lane] * len(pts), "mode": "markers",
+                "name": lane, "customdata": [p["room"] for p in pts],
+                "marker": {"symbol": symbol, "size": 9, "color": color},
+                "hovertext": [escape(f"room {p['room']}: {p.get('what') or ''}") for p in pts], "hoverinfo": "text+x",
+            })  # fmt: skip
         else:
             b = m["buckets"]
             top = max(x["n"] for x in b) or 1
-            out.append(go.Scatter(
-                x=[_ms(x["t_us"]) for x in b], y=[lane] * len(b), mode="markers", name=f"{lane} (count)",
-                marker={"symbol": symbol, "color": color, "size": [6 + 14 * (x["n"] / top) ** 0.5 for x in b]},
-                hovertext=[f"{x['n']:,} {lane} in {m['bucket_s']:g} s" for x in b], hoverinfo="text+x",
-            ))  # fmt: skip
+            out.append({
+                "type": "scatter", "x": [_ms(x["t_us"]) for x in b], "y": [lane] * len(b), "mode": "markers",
+                "name": f"{lane} (count)",
+                "marker": {"symbol": symbol, "color": color, "size": [6 + 14 * (x["n"] / top) ** 0.5 for x in b]},
+                "hovertext": [f"{x['n']:,} {lane} in {m['bucket_s']:g} s" for x in b], "hoverinfo": "text+x",
+            })  # fmt: skip
     return out
 
 
-def _hole_traces(holes: list[dict[str, Any]]) -> list[Any]:
+def _hole_traces(holes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A marker per hole (at its end, where e.g. journald's `Suppressed` line is) with its detail on hover."""
-    import plotly.graph_objects as go
-
     pts = [h for h in holes if h.get("to_t") is not None and h["kind"] != "short_window"]
     if not pts:
         return []
-    return [go.Scatter(
-        x=[_ms(h["to_t"]) for h in pts], y=["coverage holes"] * len(pts), mode="markers", name="coverage holes",
-        marker={"symbol": "square", "size": 9, "color": [HOLE_COLORS.get(h["kind"], "#999999") for h in pts],
-                "line": {"width": 1, "color": ["#b3261e" if h.get("decisive") else "#ffffff" for h in pts]}},
-        hovertext=[escape(f"{h['kind']}: {h.get('detail') or ''}" + (" — decides the verdict" if h.get("decisive") else ""))
-                   for h in pts],
-        hoverinfo="text+x",
-    )]  # fmt: skip
+    return [{
+        "type": "scatter", "x": [_ms(h["to_t"]) for h in pts], "y": ["coverage holes"] * len(pts),
+        "mode": "markers", "name": "coverage holes",
+        "marker": {"symbol": "square", "size": 9, "color": [HOLE_COLORS.get(h["kind"], "#999999") for h in pts],
+                   "line": {"width": 1, "color": ["#b3261e" if h.get("decisive") else "#ffffff" for h in pts]}},
+        "hovertext": [escape(f"{h['kind']}: {h.get('detail') or ''}" + (" — decides the verdict" if h.get("decisive") else ""))
+                      for h in pts],
+        "hoverinfo": "text+x",
+    }]  # fmt: skip
 
 
 def _rect(
@@ -313,8 +377,6 @@ def gantt(
     lanes: list[dict[str, Any]], window: tuple[int, int], restarts: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """One row per request: prefill phases in the upper half, decode in the lower; open spans hatched."""
-    import plotly.graph_objects as go
-
     labels = [f"{r['class']} · {r['room']}" for r in lanes]
     bars: dict[str, dict[str, list]] = {}
     open_x, open_y, open_room = [], [], []
@@ -340,35 +402,40 @@ def gantt(
             d["x"].append(_ms(p["t_us"]))
             d["y"].append(label)
             d["room"].append(str(r["room"]))
-    fig = go.Figure()
+    data = []
     for phase, b in bars.items():
-        fig.add_bar(
-            orientation="h", x=b["x"], base=b["base"], y=b["y"], width=0.4, offset=b["offset"], name=escape(phase),
-            customdata=b["room"], hovertext=b["hover"], hoverinfo="text",
-            marker={"color": PHASE_COLORS.get(phase, "#8da0b6"), "pattern": {"shape": b["pattern"], "size": 6}},
-        )  # fmt: skip
+        data.append({
+            "type": "bar", "orientation": "h", "x": b["x"], "base": b["base"], "y": b["y"], "width": 0.4,
+            "offset": b["offset"], "name": escape(phase), "customdata": b["room"], "hovertext": b["hover"],
+            "hoverinfo": "text",
+            "marker": {"color": PHASE_COLORS.get(phase, "#8da0b6"), "pattern": {"shape": b["pattern"], "size": 6}},
+        })  # fmt: skip
     if open_x:
-        fig.add_scatter(x=open_x, y=open_y, mode="markers", name="open at the window end", customdata=open_room,
-                        marker={"symbol": "triangle-right", "size": 10, "color": "#b3261e"}, hoverinfo="skip")  # fmt: skip
+        data.append({"type": "scatter", "x": open_x, "y": open_y, "mode": "markers", "name": "open at the window end",
+                     "customdata": open_room, "marker": {"symbol": "triangle-right", "size": 10, "color": "#b3261e"},
+                     "hoverinfo": "skip"})  # fmt: skip
     for what, d in pts.items():
         symbol, color, size = POINT_STYLE.get(what, ("circle", "#444", 7))
-        fig.add_scatter(x=d["x"], y=d["y"], mode="markers", name=escape(what), customdata=d["room"],
-                        marker={"symbol": symbol, "color": color, "size": size, "line": {"width": 2, "color": color}},
-                        hovertemplate=f"{escape(what)} %{{x|%H:%M:%S.%L}}<extra></extra>")  # fmt: skip
+        data.append({"type": "scatter", "x": d["x"], "y": d["y"], "mode": "markers", "name": escape(what),
+                     "customdata": d["room"],
+                     "marker": {"symbol": symbol, "color": color, "size": size, "line": {"width": 2, "color": color}},
+                     "hovertemplate": f"{escape(what)} %{{x|%H:%M:%S.%L}}<extra></extra>"})  # fmt: skip
     layout = _base_layout(max(260, 24 * len(lanes) + 140))
-    layout.update(barmode="overlay", margin={"l": MARGIN_L, "r": MARGIN_R, "t": 40, "b": 40})
+    layout.update(
+        template=_no_template(), barmode="overlay", margin={"l": MARGIN_L, "r": MARGIN_R, "t": 40, "b": 40}
+    )
     layout["legend"] = {"x": 1.01, "xanchor": "left", "y": 1, "yanchor": "top", "orientation": "v",
                         "font": {"size": 11}}  # fmt: skip
     min_us = max(200_000, (window[1] - window[0]) // 300)
-    layout["shapes"] = [_rect(r["stop_t"], r.get("up_t") or r.get("gone_t") or r["stop_t"], "#6e7781", 0.15, min_us)
-                        for r in restarts][:MAX_SHAPES]  # fmt: skip
-    fig.update_layout(**layout)
-    fig.update_xaxes(type="date", range=[_ms(window[0]), _ms(window[1])], title_text="UTC", showgrid=True,
-                     gridcolor="#eef0f3")  # fmt: skip
+    _put_shapes(layout, [_rect(r["stop_t"], r.get("up_t") or r.get("gone_t") or r["stop_t"], "#6e7781", 0.15, min_us)
+                         for r in restarts][:MAX_SHAPES])  # fmt: skip
+    layout["xaxis"] = {"type": "date", "range": [_ms(window[0]), _ms(window[1])], "title": {"text": "UTC"},
+                       "showgrid": True, "gridcolor": "#eef0f3"}  # fmt: skip
     # An explicit range: autorange pads a category axis by several rows for the marker sizes.
-    fig.update_yaxes(type="category", categoryorder="array", categoryarray=labels, range=[len(labels) - 0.5, -0.5],
-                     tickfont={"family": "ui-monospace, monospace", "size": 11}, showgrid=True, gridcolor="#f4f6f9")  # fmt: skip
-    return fig.to_plotly_json()
+    layout["yaxis"] = {"type": "category", "categoryorder": "array", "categoryarray": labels,
+                       "range": [len(labels) - 0.5, -0.5], "tickfont": {"family": "ui-monospace, monospace", "size": 11},
+                       "showgrid": True, "gridcolor": "#f4f6f9"}  # fmt: skip
+    return {"data": data, "layout": layout}
 
 
 # ------------------------------------------------------------------ before and after (compare)
