@@ -109,3 +109,36 @@ def test_a_translation_is_kept_for_the_next_process(translated, tmp_path: Path, 
     monkeypatch.setenv("PDFORENSICS_CACHE", "off")
     assert run._kept_on_disk("schema A", translate_now("cache off")) == translated
     assert calls[-1] == "cache off" and kept.is_file()
+
+
+def test_the_answer_runs_only_the_views_it_reads(translated) -> None:
+    """`verdict --engine spark` creates the answer's views and what they read, in translation
+    order, and none of the drill-down's: each view's dependencies come before it."""
+    from pdforensics import verdict
+    from pdforensics.spark import run
+
+    done, _ = translated
+    wanted = (*verdict.ANSWER_RELATIONS, "context")
+    needed = run.needed_for(done, wanted)
+    names = [t.name for t in needed]
+    assert set(wanted) <= set(names)
+    assert names == [t.name for t in done if t.name in names]  # the order kept
+    for i, t in enumerate(needed):
+        assert set(t.deps) <= set(names[:i]), t.name
+    assert "request_phases" not in names and "instance_lines" not in names
+    leaf = next(t for t in done if not t.deps)
+    assert run.needed_for(done, (leaf.name,)) == [leaf]
+
+
+@pytest.mark.parametrize(
+    ("sql", "reads"),
+    [
+        ("WITH holes AS (SELECT 1) SELECT * FROM holes, observed", ["observed"]),  # context's case
+        ("WITH a AS (SELECT * FROM a) SELECT * FROM a", ["a"]),  # a CTE's body reads the relation
+        ("WITH RECURSIVE a AS (SELECT * FROM a) SELECT * FROM a", []),
+        ("SELECT * FROM (WITH a AS (SELECT 1) SELECT * FROM a) AS s, a, main.b", ["a", "b"]),
+    ],
+)
+def test_a_views_dependencies_are_relations_not_its_ctes(sql: str, reads: list[str]) -> None:
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    assert sorted(translate._tables_read(tree, {})) == reads

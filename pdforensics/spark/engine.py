@@ -86,17 +86,23 @@ def read_parquet_dir(spark: Any, root: Path) -> dict[str, Any]:
 
 
 def run_views(
-    spark: Any, tables: dict[str, Any], schema: duckdb.DuckDBPyConnection, params: dict[str, Any]
+    spark: Any,
+    tables: dict[str, Any],
+    schema: duckdb.DuckDBPyConnection,
+    params: dict[str, Any],
+    wanted: tuple[str, ...] | None = None,
 ) -> dict[str, str]:
-    """Register `tables` under their names and create every translated view's steps on top;
-    returns the views that failed, with the reason. `schema`: a DuckDB database of the tables'
-    shape (the translation binds the views' stars against it)."""
+    """Register `tables` under their names and create the translated views' steps on top (every
+    view, or only those `wanted` reads); returns the views that failed, with the reason. `schema`:
+    a DuckDB database of the tables' shape (the translation binds the views' stars against it)."""
     from pdforensics.spark import run
 
     run.reset(spark)
     for name, df in tables.items():
         df.createOrReplaceTempView(name)
     translated, failed = run.translate_con(schema, params)
+    if wanted is not None:
+        translated = run.needed_for(translated, wanted)
     return run.create_steps(spark, translated, failed)
 
 
@@ -122,8 +128,10 @@ def answer(
 ) -> duckdb.DuckDBPyConnection:
     """The rules on Spark over `tables`; the answer's relations in an in-memory DuckDB.
     `schema`: the tables' shape with the views installed (see `_schema`)."""
-    failed = run_views(spark, tables, schema, params)
-    missing = [n for n in (*verdict.ANSWER_RELATIONS, "context") if n in failed]
+    # only what the answer reads: half of the views (the drill-down's, the scoping's) are not
+    wanted = (*verdict.ANSWER_RELATIONS, "context")
+    failed = run_views(spark, tables, schema, params, wanted)
+    missing = [n for n in wanted if n in failed]
     if missing:
         raise EngineError(f"Spark could not run the view {missing[0]}: {failed[missing[0]]}")
     return to_duckdb(spark, verdict.ANSWER_RELATIONS, schema)

@@ -145,6 +145,20 @@ def install(
     return create_steps(spark, translated, failed)
 
 
+def needed_for(translated: list[translate.Translated], names: tuple[str, ...]) -> list[translate.Translated]:
+    """The translated views `names` read, directly or through others, with `names` themselves, in
+    the translation's (dependency) order: what answering them takes, and no more."""
+    deps = {t.name: t.deps for t in translated}
+    wanted: set[str] = set()
+    todo = [n for n in names if n in deps]
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo.extend(d for d in deps[name] if d in deps)
+    return [t for t in translated if t.name in wanted]
+
+
 def create_steps(
     spark: Any, translated: list[translate.Translated], failed: dict[str, str]
 ) -> dict[str, str]:
