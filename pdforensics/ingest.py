@@ -104,6 +104,11 @@ class IngestSummary:
 # row group is written straight to the database file; a smaller one goes through the WAL and is
 # written again at checkpoint (measured: 30k-row batches cost 2x the store CPU of 122,880-row ones).
 BATCH_SIZE = 122_880
+# ... and at most this many bytes of line text per transaction: a batch is parsed whole, and its
+# parse holds several copies of the text at once. Ordinary lines (~150 B) fill a row group with
+# ~18 MB. 130k lines of 3 KB (long prompts): one batch of 370 MB, peak RSS 1.58 GB (13.9 s); under
+# 64 MiB, 1.05 GB (20.9 s: smaller transactions go through the WAL); under 32 MiB 1.02 GB (22.4 s).
+BATCH_BYTES = 64 * 1024 * 1024
 # DuckDB's buffer pool otherwise keeps every block the ingest wrote (up to 80 % of RAM: 3.5 GB at
 # 10M lines); written blocks can be evicted. 250 MB: the 10M-entry journal ingest peaked at 1,521 MB
 # with 500 MB and at 1,287 MB with 250 MB, for ~6 % more CPU. The 10M-line plain ingest (peak RSS in
@@ -122,11 +127,15 @@ def _batches(sources: list[Source], selection: Selection, batch_size: int) -> It
         for src in sources:
             yield from src.batches(selection, batch_size)
 
-    return coalesce(read(), batch_size)
+    return coalesce(read(), batch_size, BATCH_BYTES)
 
 
-def coalesce(batches: Iterable[RecordBatch], size: int) -> Iterator[RecordBatch]:
-    """Merge consecutive batches into batches of exactly `size` records (the last may be smaller).
+def coalesce(
+    batches: Iterable[RecordBatch], size: int, max_bytes: int | None = None
+) -> Iterator[RecordBatch]:
+    """Merge consecutive batches into batches of exactly `size` records (the last may be smaller),
+    or fewer where their line text reaches `max_bytes` (a batch of long lines: the cut is after the
+    record that reaches it).
 
     Readers cut their input where it suits them (a 16 MiB chunk of a plain file is ~30,000 lines,
     a python-systemd block 16,384 entries); the store wants row-group-sized transactions. Order is
@@ -134,28 +143,43 @@ def coalesce(batches: Iterable[RecordBatch], size: int) -> Iterator[RecordBatch]
     the first output batch that holds any of their reader batch; marks with the one holding its end.
     """
     size = max(size, 1)
+    max_bytes = max(max_bytes, 1) if max_bytes is not None else None
     pending: list[RecordBatch] = []
-    held = 0
+    held = held_bytes = 0
     for batch in batches:
         pending.append(batch)
         held += batch.records.height
-        while held >= size:
-            # Until the last batch arrived fewer than `size` records were held: the cut is in it.
+        held_bytes += _text_bytes(batch.records) if max_bytes else 0
+        while held >= size or (max_bytes and held_bytes >= max_bytes):
+            # Until the last batch arrived fewer than `size` records (and `max_bytes`) were held:
+            # the cut is in it.
             last = pending[-1]
             merged = _merge(pending)
-            rest = merged.records.slice(size)
+            cut = min(size, _records_up_to(merged.records, max_bytes)) if max_bytes else size
+            rest = merged.records.slice(cut)
             out = RecordBatch(
-                merged.records.head(size), merged.rejects, merged.skipped, merged.null_messages,
+                merged.records.head(cut), merged.rejects, merged.skipped, merged.null_messages,
                 merged.known_unread, merged.known_before,
                 _merge_marks(pending[:-1]) if rest.height else merged.marks,
             )  # fmt: skip
             pending = [RecordBatch(rest, marks=last.marks)] if rest.height else []
             held = rest.height
+            held_bytes = _text_bytes(rest) if max_bytes else 0
             yield out
     if pending:
         merged = _merge(pending)
         if merged.counted():
             yield merged
+
+
+def _text_bytes(records: pl.DataFrame) -> int:
+    return int(records["message"].str.len_bytes().sum() or 0) if records.height else 0
+
+
+def _records_up_to(records: pl.DataFrame, max_bytes: int) -> int:
+    """How many leading records it takes for their text to reach `max_bytes` (all, if it never does)."""
+    reached = (records["message"].str.len_bytes().fill_null(0).cum_sum() >= max_bytes).arg_true()
+    return int(reached[0]) + 1 if reached.len() else records.height
 
 
 def _merge_marks(batches: list[RecordBatch]) -> dict[str, tuple[int, str]]:

@@ -42,6 +42,7 @@ import pyarrow as pa
 from pdforensics import store
 from pdforensics.errors import SourceError
 from pdforensics.ingest import (
+    BATCH_BYTES,
     CONTEXT_RECORDS,
     _Context,
     _prepare,
@@ -554,7 +555,7 @@ def _runs(keys: pl.DataFrame) -> pl.DataFrame:
 
 
 def _batches(src: JournalSource, selection: Selection, batch_size: int) -> Iterator[RecordBatch]:
-    return coalesce(src.batches(selection, batch_size), batch_size)
+    return coalesce(src.batches(selection, batch_size), batch_size, BATCH_BYTES)
 
 
 def _known(records: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:

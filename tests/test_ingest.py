@@ -228,6 +228,33 @@ def test_coalesce_cuts_row_group_batches_and_keeps_counts_and_marks() -> None:
     assert [b.marks for b in out] == [{"k": (3, "-")}, {"k": (8, "-")}, {}, {"k": (15, "99")}]
 
 
+def test_coalesce_cuts_a_batch_of_long_lines_by_its_text() -> None:
+    """Long lines (prompts, tracebacks) make a smaller batch: its text reaches the byte cap, not the
+    record count; every record goes out once, in order, and a mark with the batch holding its end."""
+    from pdforensics.ingest import coalesce
+    from pdforensics.schema import RECORD_SCHEMA
+
+    def recs(lo: int, n: int, width: int) -> pl.DataFrame:
+        return (
+            pl.DataFrame({"seq": list(range(lo, lo + n)), "message": ["x" * width] * n})
+            .select(pl.col(c) if c in ("seq", "message") else pl.lit(None).alias(c) for c in RECORD_SCHEMA)
+            .cast(
+                RECORD_SCHEMA  # type: ignore[arg-type]
+            )
+        )
+
+    inp = [
+        RecordBatch(recs(0, 6, 10), marks={"k": (6, "-")}),  # 60 bytes: under both caps
+        RecordBatch(recs(6, 4, 100), marks={"k": (10, "-")}),  # the 7th record reaches 100 bytes
+        RecordBatch(recs(10, 5, 10), marks={"k": (15, "-")}),
+    ]
+    out = list(coalesce(inp, 8, max_bytes=100))
+    assert [b.records.height for b in out] == [7, 1, 1, 1, 5]  # 100-byte records go out one by one
+    assert pl.concat([b.records for b in out])["seq"].to_list() == list(range(15))
+    assert [b.marks for b in out] == [{"k": (6, "-")}, {}, {}, {"k": (10, "-")}, {"k": (15, "-")}]
+    assert [b.records.height for b in coalesce(inp, 8)] == [8, 7]  # no cap: records alone
+
+
 def _plain_text(lines: int) -> bytes:
     """Real plain logs (a traceback included) repeated to `lines` lines or more."""
     logs = sorted(fixtures_dir().glob("watchdog_armed_never_fires/plain/*prefill*.log"))
