@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -127,15 +128,15 @@ def _batches(sources: list[Source], selection: Selection, batch_size: int) -> It
         for src in sources:
             yield from src.batches(selection, batch_size)
 
-    return coalesce(read(), batch_size, BATCH_BYTES)
+    return coalesce(read(), batch_size)
 
 
 def coalesce(
-    batches: Iterable[RecordBatch], size: int, max_bytes: int | None = None
+    batches: Iterable[RecordBatch], size: int, max_bytes: int | None = BATCH_BYTES
 ) -> Iterator[RecordBatch]:
     """Merge consecutive batches into batches of exactly `size` records (the last may be smaller),
     or fewer where their line text reaches `max_bytes` (a batch of long lines: the cut is after the
-    record that reaches it).
+    record that reaches it; None: no cap).
 
     Readers cut their input where it suits them (a 16 MiB chunk of a plain file is ~30,000 lines,
     a python-systemd block 16,384 entries); the store wants row-group-sized transactions. Order is
@@ -143,19 +144,19 @@ def coalesce(
     the first output batch that holds any of their reader batch; marks with the one holding its end.
     """
     size = max(size, 1)
-    max_bytes = max(max_bytes, 1) if max_bytes is not None else None
+    cap = math.inf if max_bytes is None else max(max_bytes, 1)
     pending: list[RecordBatch] = []
     held = held_bytes = 0
     for batch in batches:
         pending.append(batch)
         held += batch.records.height
-        held_bytes += _text_bytes(batch.records) if max_bytes else 0
-        while held >= size or (max_bytes and held_bytes >= max_bytes):
-            # Until the last batch arrived fewer than `size` records (and `max_bytes`) were held:
+        held_bytes += _text_bytes(batch.records)
+        while held >= size or held_bytes >= cap:
+            # Until the last batch arrived fewer than `size` records and `cap` bytes were held:
             # the cut is in it.
             last = pending[-1]
             merged = _merge(pending)
-            cut = min(size, _records_up_to(merged.records, max_bytes)) if max_bytes else size
+            cut = size if held_bytes < cap else min(size, _records_up_to(merged.records, cap))
             rest = merged.records.slice(cut)
             out = RecordBatch(
                 merged.records.head(cut), merged.rejects, merged.skipped, merged.null_messages,
@@ -164,7 +165,7 @@ def coalesce(
             )  # fmt: skip
             pending = [RecordBatch(rest, marks=last.marks)] if rest.height else []
             held = rest.height
-            held_bytes = _text_bytes(rest) if max_bytes else 0
+            held_bytes = _text_bytes(rest)
             yield out
     if pending:
         merged = _merge(pending)
@@ -176,9 +177,9 @@ def _text_bytes(records: pl.DataFrame) -> int:
     return int(records["message"].str.len_bytes().sum() or 0) if records.height else 0
 
 
-def _records_up_to(records: pl.DataFrame, max_bytes: int) -> int:
-    """How many leading records it takes for their text to reach `max_bytes` (all, if it never does)."""
-    reached = (records["message"].str.len_bytes().fill_null(0).cum_sum() >= max_bytes).arg_true()
+def _records_up_to(records: pl.DataFrame, cap: float) -> int:
+    """How many leading records it takes for their text to reach `cap` bytes (all, if it never does)."""
+    reached = (records["message"].str.len_bytes().fill_null(0).cum_sum() >= cap).arg_true()
     return int(reached[0]) + 1 if reached.len() else records.height
 
 

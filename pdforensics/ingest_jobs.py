@@ -42,7 +42,6 @@ import pyarrow as pa
 from pdforensics import store
 from pdforensics.errors import SourceError
 from pdforensics.ingest import (
-    BATCH_BYTES,
     CONTEXT_RECORDS,
     _Context,
     _prepare,
@@ -555,7 +554,7 @@ def _runs(keys: pl.DataFrame) -> pl.DataFrame:
 
 
 def _batches(src: JournalSource, selection: Selection, batch_size: int) -> Iterator[RecordBatch]:
-    return coalesce(src.batches(selection, batch_size), batch_size, BATCH_BYTES)
+    return coalesce(src.batches(selection, batch_size), batch_size)
 
 
 def _known(records: pl.DataFrame, stored: pl.DataFrame) -> pl.DataFrame:

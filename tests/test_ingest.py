@@ -252,7 +252,7 @@ def test_coalesce_cuts_a_batch_of_long_lines_by_its_text() -> None:
     assert [b.records.height for b in out] == [7, 1, 1, 1, 5]  # 100-byte records go out one by one
     assert pl.concat([b.records for b in out])["seq"].to_list() == list(range(15))
     assert [b.marks for b in out] == [{"k": (6, "-")}, {}, {}, {"k": (10, "-")}, {"k": (15, "-")}]
-    assert [b.records.height for b in coalesce(inp, 8)] == [8, 7]  # no cap: records alone
+    assert [b.records.height for b in coalesce(inp, 8, max_bytes=None)] == [8, 7]  # records alone
 
 
 def _plain_text(lines: int) -> bytes:
