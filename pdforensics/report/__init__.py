@@ -104,8 +104,8 @@ def _plotly_js() -> str:
     `plotly.offline.get_plotlyjs` returns; its import costs more than the read)."""
     spec = importlib.util.find_spec("plotly")
     folders = spec.submodule_search_locations if spec else None
-    if not folders:
-        raise UsageError("the plotly package is not installed: pip install plotly")
+    if not folders:  # a broken install (plotly is a dependency): an internal error, as its import was
+        raise ImportError("the plotly package is not installed: pip install plotly")
     return (Path(next(iter(folders))) / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
 
 

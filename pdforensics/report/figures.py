@@ -75,8 +75,13 @@ def _no_template() -> dict[str, Any]:
     return {"data": {"scatter": [{"type": "scatter"}]}}
 
 
+def _axis_key(xy: str, row: int) -> str:
+    """A row's axis in the layout: `xaxis`, `xaxis2`, ..."""
+    return f"{xy}axis" if row == 1 else f"{xy}axis{row}"
+
+
 def _axis(layout: dict[str, Any], xy: str, row: int) -> dict[str, Any]:
-    return layout[f"{xy}axis" if row == 1 else f"{xy}axis{row}"]
+    return layout[_axis_key(xy, row)]
 
 
 def _axis_id(xy: str, row: int) -> str:
@@ -145,8 +150,8 @@ def _subplots(titles: list[str], heights: list[float], spacing: float) -> dict[s
         xaxis = {"anchor": _axis_id("y", row), "domain": [0.0, 1.0]}
         if row < n:
             xaxis |= {"matches": _axis_id("x", n), "showticklabels": False}
-        layout["xaxis" if row == 1 else f"xaxis{row}"] = xaxis
-        layout["yaxis" if row == 1 else f"yaxis{row}"] = {"anchor": _axis_id("x", row), "domain": [y0, y1]}
+        layout[_axis_key("x", row)] = xaxis
+        layout[_axis_key("y", row)] = {"anchor": _axis_id("x", row), "domain": [y0, y1]}
         layout["annotations"].append({
             "font": {"size": 16}, "showarrow": False, "text": title, "x": 0.5, "xanchor": "center",
             "xref": "paper", "y": y1, "yanchor": "bottom", "yref": "paper",
