@@ -115,33 +115,9 @@ def _tables_read(tree: exp.Expression, macros: dict[str, Macro]) -> list[str]:
     for t in tree.find_all(exp.Table):
         if isinstance(t.this, exp.Anonymous) and t.this.name in macros:
             out += _tables_read(macros[t.this.name].body, macros)
-        elif t.name and not _names_a_cte(t):
+        elif t.name and not _shadowed(t):
             out.append(t.name)
     return out
-
-
-def _names_a_cte(table: exp.Table) -> bool:
-    """Whether `table` reads a CTE in scope (views have CTEs named like other views: `context`'s
-    `holes`), not the relation of that name. A CTE's own body sees only the CTEs before it (and
-    itself, in a WITH RECURSIVE)."""
-    if table.db:
-        return False
-    came_from: exp.Expression | None = None
-    node: exp.Expression | None = table
-    while node is not None:
-        if isinstance(node, exp.CTE):
-            came_from = node
-        elif isinstance(node, exp.Query) and node.ctes:
-            ctes = node.ctes
-            k = next((i for i, c in enumerate(ctes) if c is came_from), None)
-            with_ = node.args.get("with_") or node.args.get("with")  # sqlglot 30 says with_
-            recursive = bool(with_ and with_.args.get("recursive"))
-            visible = ctes if k is None else ctes[: k + 1] if recursive else ctes[:k]
-            if any(c.alias == table.name for c in visible):
-                return True
-            came_from = None
-        node = node.parent
-    return False
 
 
 # ----------------------------------------------------------------------------- rewrites
@@ -695,13 +671,25 @@ def _plain_ctes_read(q: exp.Expression, plain: dict[str, exp.CTE]) -> set[str]:
     return seen
 
 
-def _shadowed(t: exp.Table, top: exp.Expression) -> bool:
-    """A nested WITH between `t` and the step's top defines the same name: `t` means that one."""
-    node = t.parent
-    while node is not None and node is not top.parent:
-        w = node.args.get("with_")
-        if isinstance(w, exp.With) and any(c.alias == t.name for c in w.expressions):
-            return True
+def _shadowed(t: exp.Table, top: exp.Expression | None = None) -> bool:
+    """A WITH between `t` and `top` (the whole tree when None) defines a CTE of `t`'s name that `t`
+    sees: `t` means that CTE, not the relation (views have CTEs named like other views: `context`'s
+    `holes`). A CTE's own body sees only the CTEs before it (and itself, in a WITH RECURSIVE)."""
+    if t.args.get("db"):
+        return False
+    came_from: exp.Expression | None = None
+    node, stop = t.parent, (top.parent if top is not None else None)
+    while node is not None and node is not stop:
+        if isinstance(node, exp.CTE):
+            came_from = node
+        w = node.args.get("with_")  # sqlglot 30's key
+        if isinstance(w, exp.With):
+            ctes = list(w.expressions)
+            k = next((i for i, c in enumerate(ctes) if c is came_from), None)
+            visible = ctes if k is None else ctes[: k + 1] if w.args.get("recursive") else ctes[:k]
+            if any(c.alias == t.name for c in visible):
+                return True
+            came_from = None
         node = node.parent
     return False
 
