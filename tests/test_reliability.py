@@ -44,7 +44,10 @@ from pdforensics.sources.journal import python_systemd_available, read_header
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = "decode_restart_watchdog_fires"
 CLI_SELECTION = Selection(units=("sglang*",))  # what `pdforensics ingest` selects without options
-BATCH = 400  # small batches: a few seconds of input span many transactions
+# Small batches: the ~35k lines of `big` span ~22 transactions, so a kill or a Ctrl-C has many
+# boundaries to land between. (Each batch costs ~0.2 s of CPU and an fsync: at 400 lines, ~88 of
+# them, one ingest of `big` took 17 s of CPU, and this file ingests it about a dozen times.)
+BATCH = 1600
 CLI_TIMEOUT = 600
 
 
