@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -510,6 +510,29 @@ def known_lines(con: duckdb.DuckDBPyConnection, records: pl.DataFrame) -> pl.Dat
         return empty
     found = pl.concat(known).cast(empty.schema)  # type: ignore[arg-type]
     return found.join(records.select("source_key", "seq"), on=["source_key", "seq"], how="semi")
+
+
+DICT_CHUNK_ROWS = 20_000
+
+
+def dict_rows(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None
+) -> Iterator[dict[str, Any]]:
+    """A query's rows as dicts by column name, fetched in chunks so a large result never sits in
+    Python whole; for readers that need neither polars nor pyarrow (their imports cost a read
+    command ~0.2 s)."""
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description or []]
+    while chunk := cur.fetchmany(DICT_CHUNK_ROWS):
+        for row in chunk:
+            yield dict(zip(names, row, strict=True))
+
+
+def fetch_dicts(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None
+) -> list[dict[str, Any]]:
+    """`dict_rows`, all of them: the connection is free for the next query when it returns."""
+    return list(dict_rows(con, sql, params))
 
 
 def query_pl(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> pl.DataFrame:

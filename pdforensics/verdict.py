@@ -440,12 +440,6 @@ def _params(con: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
     return tuple(row) if row else ()
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
-    cur = con.execute(sql, params or [])
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
 # ------------------------------------------------------------------ verdict
 
 
@@ -632,7 +626,9 @@ def _kept_verdict(
             instances = kept.attach(con, "instances")
             if instances is None:
                 return None
-            for r in _rows(cur, f"SELECT * FROM {instances}.{judgement.SCHEMA}.instance_verdicts"):
+            for r in store.fetch_dicts(
+                cur, f"SELECT * FROM {instances}.{judgement.SCHEMA}.instance_verdicts"
+            ):
                 rows[r.pop(_INSTANCE_HOST)] = r
             if not set(hosts) <= rows.keys():
                 return None
@@ -805,16 +801,16 @@ def verdict_from_relations(con: duckdb.DuckDBPyConnection) -> Verdict:
     installed views, tables of another engine's results (the Spark path) under those names, or
     a kept judgement's tables (`pdforensics.judgement`)."""
     return _verdict_of(
-        _rows(con, "SELECT * FROM verdict")[0],
-        holes=_rows(
+        store.fetch_dicts(con, "SELECT * FROM verdict")[0],
+        holes=store.fetch_dicts(
             con,
             "SELECT hole_id, kind, host, engine, from_t, to_t, detail, covered, suspects, decisive "
             "FROM coverage ORDER BY from_t",
         ),
-        anon=_rows(con, "SELECT * FROM anonymous_pins ORDER BY host"),
-        storms=_rows(con, "SELECT * FROM abort_storms ORDER BY from_t"),
-        restarts=_rows(con, "SELECT * FROM engine_restarts ORDER BY stop_t"),
-        offsets=_rows(con, "SELECT * FROM host_offsets ORDER BY host"),
+        anon=store.fetch_dicts(con, "SELECT * FROM anonymous_pins ORDER BY host"),
+        storms=store.fetch_dicts(con, "SELECT * FROM abort_storms ORDER BY from_t"),
+        restarts=store.fetch_dicts(con, "SELECT * FROM engine_restarts ORDER BY stop_t"),
+        offsets=store.fetch_dicts(con, "SELECT * FROM host_offsets ORDER BY host"),
     )
 
 
@@ -1085,10 +1081,10 @@ def request_timeline(
     apply_options(con, options)
     with materialised(con):
         room = find_request(con, room_or_rid)
-        req = _rows(con, "SELECT * FROM requests WHERE bootstrap_room = ?::UBIGINT", [str(room)])
+        req = store.fetch_dicts(con, "SELECT * FROM requests WHERE bootstrap_room = ?::UBIGINT", [str(room)])
         if not req:
             raise UsageError(f"request {room_or_rid!r} is outside the window")
-        phases = _rows(
+        phases = store.fetch_dicts(
             con,
             "SELECT phase, engine, t_us AS at_t, basis FROM request_phases "
             "WHERE bootstrap_room = ?::UBIGINT ORDER BY t_us, phase",
@@ -1101,7 +1097,7 @@ def request_timeline(
             [str(room)],
         )
         try:
-            lines = _rows(con, _TIMELINE_LINES)
+            lines = store.fetch_dicts(con, _TIMELINE_LINES)
         finally:
             con.execute("DROP TABLE IF EXISTS temp.main._pdf_timeline_room")
     r = req[0]

@@ -606,6 +606,29 @@ def test_the_prometheus_gauge_is_drawn_beside_the_floor_and_says_its_source(tmp_
     assert any(t["legendgroup"] == "inflight_floor" for t in gauges)
 
 
+def test_a_prometheus_series_longer_than_the_gauge_points_keeps_each_buckets_maximum(tmp_path: Path) -> None:
+    """Past `gauge_points` scrapes (1,500 by default: ~6 h of a 15 s scrape) a series is drawn as
+    each time bucket's maximum, said in the hover and the notes. The report once stopped there with
+    an internal error (a DuplicateError in the bucketing)."""
+    from tests.test_metric_verdict import idle_after_traffic, scrapes
+    from tests.verdict_helpers import Log
+
+    log = Log(tmp_path / "db.duckdb")
+    idle_after_traffic(log)
+    scrapes(log, 120, 390, 1)
+    scrapes(log, 255, 255, 4, every=1)  # one scrape reads 4 between the others' 1s: a bucket keeps it
+    log.close()
+    con = store.open_db(tmp_path / "db.duckdb", read_only=True)
+    try:
+        page = write_report(con, tmp_path / "r.html", OPTS, limits=Limits(gauge_points=5)).read_text()
+    finally:
+        con.close()
+    (metric,) = [t for t in _prefill_gauges(page) if t["legendgroup"] == "metric_inflight"]
+    assert 2 <= len(metric["y"]) <= 6 and sorted(metric["y"]) == [1] * (len(metric["y"]) - 1) + [4]
+    assert metric["x"] == sorted(metric["x"]) and "(max of its time bucket)" in metric["hovertemplate"]
+    assert "Prometheus gauge: up to 29 scrapes per series were cut into" in page
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_every_bundled_incident_has_a_report_with_its_verdict(
     scenario: str, scenario_db, tmp_path: Path

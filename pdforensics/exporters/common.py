@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,17 +37,6 @@ def relations(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
            ORDER BY kind, table_name"""
     ).fetchall()
     return [(r[0], r[1]) for r in rows]
-
-
-def dict_rows(
-    con: duckdb.DuckDBPyConnection, sql: str, params: list | dict | None = None
-) -> Iterator[dict[str, Any]]:
-    """Rows as dicts, fetched in chunks so a large result never sits in Python whole."""
-    cur = con.execute(sql, params or [])
-    names = [d[0] for d in cur.description or []]
-    while chunk := cur.fetchmany(CHUNK_ROWS):
-        for row in chunk:
-            yield dict(zip(names, row, strict=True))
 
 
 def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> Any:

@@ -26,7 +26,8 @@ import duckdb
 
 from pdforensics import __version__
 from pdforensics.exporters import requests as req
-from pdforensics.exporters.common import Instance, dict_rows, events_rel, has_relation, instances, window_t
+from pdforensics.exporters.common import Instance, events_rel, has_relation, instances, window_t
+from pdforensics.store import dict_rows
 
 # Threads inside each engine process (async slices need none).
 TID_INCARNATIONS = 1

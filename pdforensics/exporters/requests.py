@@ -18,8 +18,9 @@ from typing import Any
 
 import duckdb
 
-from pdforensics.exporters.common import dict_rows, has_relation
+from pdforensics.exporters.common import has_relation
 from pdforensics.paths import queries_dir
+from pdforensics.store import dict_rows
 
 # The columns of `requests` a trace carries on its sides (and OTLP on its room span).
 SIDE_ARGS = (

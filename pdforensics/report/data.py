@@ -12,15 +12,15 @@ small file; whatever is cut is said in `notes`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
-import polars as pl
 
 from pdforensics.report.redact import redact
-from pdforensics.store import query_pl
+from pdforensics.store import fetch_dicts
 
 US = 1_000_000
 
@@ -89,7 +89,7 @@ class Ctx:
     host_window: tuple[int, int] | None = None  # `time_window`, read once (see _host_window)
 
     def rows(self, sql: str, params: list | None = None) -> list[dict[str, Any]]:
-        return query_pl(self.con, sql, params).to_dicts()
+        return fetch_dicts(self.con, sql, params)
 
 
 def open_ctx(
@@ -103,7 +103,7 @@ def open_ctx(
     classification each.
     `fallback` is the window to draw when the data has none (no line in it at all).
     """
-    s = query_pl(con, "SELECT * FROM settings").to_dicts()[0]
+    s = fetch_dicts(con, "SELECT * FROM settings")[0]
     req = "requests"
     from pdforensics.verdict import is_shadowed
 
@@ -186,9 +186,9 @@ def gauge_series(ctx: Ctx) -> list[dict[str, Any]]:
             f"Gauges: up to {n_max[0]:,} batch lines per engine were cut into {bucket_us // US} s buckets "
             "(maximum per bucket; the inflight floor shows the minimum, since a pin is a floor that stays up)."
         )
-    frame = _stats_frame(ctx, metrics, bucket_us)
+    stats = _stats_rows(ctx, metrics, bucket_us)
     ctx.con.execute("DROP TABLE IF EXISTS _rpt_stats")
-    return _series_from(frame, bucket_us > 0) + metric_series(ctx)
+    return _series_from(stats, bucket_us > 0) + metric_series(ctx)
 
 
 METRIC_INFLIGHT = ("metric_inflight", "inflight gauge (Prometheus)")
@@ -199,52 +199,58 @@ def metric_series(ctx: Ctx) -> list[dict[str, Any]]:
     series per scrape target, labelled by its source and step: what a scrape read, which may be
     the last batch line's count (docs/prometheus.md). Above `limits.gauge_points` scrapes a series
     keeps each bucket's maximum (a held count is what the verdict reads from it)."""
-    frame = query_pl(
-        ctx.con,
-        """SELECT host, series, t_us, value, median(step_us) OVER (PARTITION BY series) AS step_us
-        FROM metric_inflight ORDER BY host, series, t_us""",
+    bucket = max(US, math.ceil((ctx.end_t - ctx.start_t) / ctx.limits.gauge_points / US) * US)
+    # a series of more than `gauge_points` scrapes: each bucket's first time and maximum value
+    rows = ctx.rows(
+        """WITH m AS (
+            SELECT host, series, t_us, value, median(step_us) OVER w AS step_us, count(*) OVER w AS n,
+                   CASE WHEN n > ? THEN (t_us - ?) // ? ELSE row_number() OVER w END AS point
+            FROM metric_inflight WINDOW w AS (PARTITION BY series)
+        )
+        SELECT host, series, any_value(step_us) AS step_us, any_value(n) AS n, min(t_us) AS t_us,
+               max(value) AS value
+        FROM m GROUP BY host, series, point ORDER BY host, series, t_us""",
+        [ctx.limits.gauge_points, ctx.start_t, bucket],
     )
     out: list[dict[str, Any]] = []
-    for (host, _), part in frame.group_by(["host", "series"], maintain_order=True):
-        x, y = part["t_us"].to_list(), part["value"].to_list()
-        agg = None
-        if len(x) > ctx.limits.gauge_points:
-            bucket = max(US, math.ceil((ctx.end_t - ctx.start_t) / ctx.limits.gauge_points / US) * US)
-            b = part.group_by((pl.col("t_us") - ctx.start_t) // bucket, maintain_order=True).agg(
-                pl.col("t_us").first(), pl.col("value").max()
-            )
-            x, y, agg = b["t_us"].to_list(), b["value"].to_list(), "max"
-        step = part["step_us"][0]
+    for (host, _), group in itertools.groupby(rows, key=lambda r: (r["host"], r["series"])):
+        part = list(group)
+        step, cut = part[0]["step_us"], part[0]["n"] > ctx.limits.gauge_points
         every = f", every {step / US:.0f} s" if step else ""
         out.append({"engine": "prefill", "host": host or "?", "stream": f"{host or '?'} prefill",
                     "metric": METRIC_INFLIGHT[0], "label": f"{METRIC_INFLIGHT[1]}{every}",
-                    "x_us": x, "y": y, "agg": agg})  # fmt: skip
+                    "x_us": [r["t_us"] for r in part], "y": [r["value"] for r in part],
+                    "agg": "max" if cut else None})  # fmt: skip
+    most = max((r["n"] for r in rows), default=0)
+    if most > ctx.limits.gauge_points:
+        ctx.notes.append(
+            f"Prometheus gauge: up to {most:,} scrapes per series were cut into {bucket // US} s buckets "
+            "(maximum per bucket: a held count is what the verdict reads)."
+        )
     return out
 
 
-def _stats_frame(ctx: Ctx, metrics: list[str], bucket_us: int) -> pl.DataFrame:
+def _stats_rows(ctx: Ctx, metrics: list[str], bucket_us: int) -> list[dict[str, Any]]:
     if not bucket_us:
-        return query_pl(ctx.con, "SELECT * FROM _rpt_stats ORDER BY host, engine, dp, t_us")
+        return ctx.rows("SELECT * FROM _rpt_stats ORDER BY host, engine, dp, t_us")
     # per bucket the maximum, but the floor's minimum: a pin is a floor that never returns to 0
     aggs = ", ".join(f"{'min' if m == FLOOR[0] else 'max'}({m}) AS {m}" for m in metrics)
-    return query_pl(
-        ctx.con,
+    return ctx.rows(
         f"""SELECT host, engine, dp, ? + ((t_us - ?) // ?) * ? + ? // 2 AS t_us, {aggs}
         FROM _rpt_stats GROUP BY ALL ORDER BY host, engine, dp, t_us""",
         [ctx.start_t, ctx.start_t, bucket_us, bucket_us, bucket_us],
     )
 
 
-def _series_from(frame: pl.DataFrame, bucketed: bool) -> list[dict[str, Any]]:
+def _series_from(rows: list[dict[str, Any]], bucketed: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    if frame.height == 0:
-        return out
-    for (host, engine, dp), part in frame.group_by(["host", "engine", "dp"], maintain_order=True):
+    for (host, engine, dp), group in itertools.groupby(rows, key=lambda r: (r["host"], r["engine"], r["dp"])):
+        part = list(group)
         stream = f"{host or '?'} {engine}" + (f" DP{dp}" if dp is not None and dp >= 0 else "")
         gauges = PREFILL_GAUGES if engine == "prefill" else [*DECODE_GAUGES, THROUGHPUT]
-        x = part["t_us"].to_list()
+        x = [r["t_us"] for r in part]
         for metric, label in gauges:
-            y = part[metric].to_list()
+            y = [r[metric] for r in part]
             if all(v is None for v in y):
                 continue
             agg = ("min" if metric == FLOOR[0] else "max") if bucketed else None
@@ -826,19 +832,14 @@ def _room_events(ctx: Ctx, rooms: list[str]) -> dict[str, list[dict[str, Any]]]:
     if not rooms:
         return {}
     # joined on the number, not its text: a filter on the column itself reaches the events scan
-    ctx.con.register(
-        "_rpt_rooms", pl.DataFrame({"room": [int(r) for r in rooms]}, schema={"room": pl.UInt64}).to_arrow()
+    rows = ctx.rows(
+        """SELECT e.bootstrap_room::VARCHAR AS room, e.t_us, e.engine, e.host, e.tp_rank, e.event,
+               e.state, e.reason, e.line_id
+        FROM room_events AS e
+        WHERE e.bootstrap_room IN (SELECT unnest(?::UBIGINT[]))
+        ORDER BY e.bootstrap_room, e.t_us, e.line_id""",
+        [[int(r) for r in rooms]],
     )
-    try:
-        rows = ctx.rows(
-            """SELECT e.bootstrap_room::VARCHAR AS room, e.t_us, e.engine, e.host, e.tp_rank, e.event,
-                   e.state, e.reason, e.line_id
-            FROM room_events AS e
-            WHERE e.bootstrap_room IN (SELECT room FROM _rpt_rooms)
-            ORDER BY e.bootstrap_room, e.t_us, e.line_id"""
-        )
-    finally:
-        ctx.con.unregister("_rpt_rooms")
     out: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         out.setdefault(r.pop("room"), []).append(r)
@@ -852,21 +853,17 @@ def _room_lines(ctx: Ctx, events: dict[str, list[dict[str, Any]]]) -> dict[str, 
     ]
     if not pairs:
         return {}
-    frame = pl.DataFrame({"room": [p[0] for p in pairs], "line_id": [p[1] for p in pairs]})
-    ctx.con.register("_rpt_lines", frame.to_arrow())
-    try:
-        rows = ctx.rows(
-            """SELECT x.room, l.line_id, l.ts_us, l.host, l.unit, l.engine, l.message,
-                   l.ts_us - coalesce(o.offset_us, 0) AS t_us
-            FROM _rpt_lines AS x
-            JOIN (SELECT *, line_id AS head FROM lines
-                  UNION ALL BY NAME
-                  SELECT *, cont_of AS head FROM lines WHERE cont_of IS NOT NULL) AS l ON l.head = x.line_id
-            LEFT JOIN _rpt_offsets AS o ON o.host = coalesce(l.host, '')
-            ORDER BY x.room, l.ts_us, l.line_id"""
-        )
-    finally:
-        ctx.con.unregister("_rpt_lines")
+    rows = ctx.rows(
+        """SELECT x.room, l.line_id, l.ts_us, l.host, l.unit, l.engine, l.message,
+               l.ts_us - coalesce(o.offset_us, 0) AS t_us
+        FROM (SELECT unnest(?::VARCHAR[]) AS room, unnest(?::BIGINT[]) AS line_id) AS x
+        JOIN (SELECT *, line_id AS head FROM lines
+              UNION ALL BY NAME
+              SELECT *, cont_of AS head FROM lines WHERE cont_of IS NOT NULL) AS l ON l.head = x.line_id
+        LEFT JOIN _rpt_offsets AS o ON o.host = coalesce(l.host, '')
+        ORDER BY x.room, l.ts_us, l.line_id""",
+        [[p[0] for p in pairs], [p[1] for p in pairs]],
+    )
     out: dict[str, list[dict[str, Any]]] = {}
     cap = ctx.limits.line_chars
     for r in rows:

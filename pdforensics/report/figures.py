@@ -240,6 +240,7 @@ def _gauge_trace(s: dict[str, Any], n_streams: int, first: bool) -> dict[str, An
         # (report.js's instance picker: which host and label, unescaped, for its own escaping)
         "meta": {"host": s.get("host", "?"), "engine": s["engine"], "label": s["label"], "stream": s["stream"]},
         "hovertemplate": f"{escape(stream_name)}: %{{y}}"
+        + (f" ({s['agg']} of its time bucket)" if s.get("agg") else "")
         + (" (counts this batch's new requests; the verdict reads the floor)" if raw else "")
         + "<br>%{x|%H:%M:%S}<extra></extra>",
     }  # fmt: skip
