@@ -44,10 +44,14 @@ RULES_CONF: dict[str, str] = {
 # stage) is most of the time. Measured on the fixtures (tests/test_spark_equality.py, 2 cores):
 # 79-91 s -> 34-50 s per fixture once the JVM is warm. On a cluster over a fleet's data these
 # are the wrong trade: pdforensics.spark.job leaves them to the cluster's configuration.
+# The serial collector: on 2 cores G1's concurrent threads compete with the planner for the same
+# CPU; over three fixtures' rules it took the JVM's CPU from 166-186 s to 142 s and the wall from
+# 94-117 s to 85 s (the driver's heap is 1 GB, the size the serial collector is made for).
 SMALL_INPUT_CONF: dict[str, str] = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",
+    "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:+UseSerialGC",
 }
 
 
