@@ -106,7 +106,7 @@ def timeline(
     """Gauges, markers and open requests' watchdog deadlines on one shared time axis."""
     rows = [
         ("prefill queues (requests)", 1.0),
-        ("decode queues (requests)", 1.0),
+        (f"{_second_row_engines(gauges)} queues (requests)", 1.0),
         ("gen throughput (token/s)", 0.7),
     ]
     if deadlines:
@@ -138,6 +138,13 @@ def timeline(
     _row_legends(layout, len(rows))
     _timeline_axes(layout, len(rows), window, peak, bool(deadlines))
     return {"data": data, "layout": layout}
+
+
+def _second_row_engines(gauges: list[dict[str, Any]]) -> str:
+    """Whose queues the second row draws: every engine but the prefill (a server that is not
+    PD-disaggregated, engine `unified`, is drawn there and named so); `decode` when it is empty."""
+    engines = sorted({s["engine"] for s in gauges if s["engine"] != "prefill"})
+    return " / ".join(engines) or "decode"
 
 
 def _subplots(titles: list[str], heights: list[float], spacing: float) -> dict[str, Any]:
