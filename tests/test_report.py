@@ -642,3 +642,67 @@ def test_every_bundled_incident_has_a_report_with_its_verdict(
     finally:
         con.close()
     assert f'<div class="verdict" id="verdict-text">{exp["verdict"]}</div>' in page
+
+
+def test_a_server_that_is_not_pd_disaggregated_has_its_queues_named_for_its_engine(
+    scenario_db, tmp_path: Path
+) -> None:
+    """A `unified` engine's gauges are drawn on the second row, which says so (it said "decode")."""
+    exp = expected_of("non_pd_prefill_name")
+    con = store.open_db(scenario_db("json_runs", "non_pd_prefill_name"), read_only=True)
+    try:
+        page = write_report(con, tmp_path / "r.html", options(exp)).read_text()
+    finally:
+        con.close()
+    titles = [a["text"] for a in _data_block(page, "pdf-fig-timeline")["layout"]["annotations"]]
+    assert titles[:2] == ["prefill queues (requests)", "unified queues (requests)"]
+    on_second = [t for t in _data_block(page, "pdf-fig-timeline")["data"] if t.get("yaxis") == "y2"]
+    assert on_second and all(t["meta"]["engine"] == "unified" for t in on_second)
+
+
+def test_a_pd_servers_second_row_is_its_decodes(report: str) -> None:
+    titles = [a["text"] for a in _data_block(report, "pdf-fig-timeline")["layout"]["annotations"]]
+    assert titles[:2] == ["prefill queues (requests)", "decode queues (requests)"]
+
+
+@pytest.mark.parametrize("cut", [None, (4, 9)], ids=["every-request", "a-sample"])
+def test_sampled_requests_follow_one_order_that_breaks_ties_by_the_requests_identity(
+    cut: tuple[int, int] | None, scenario_db, tmp_path: Path
+) -> None:
+    """Rooms collide across deployments (two requests, one room, one hash): which of them a sample
+    keeps, and in which order, is the documented order with ties broken by the request's identity,
+    not how DuckDB happened to run the query (two ways of fetching it once gave two samples)."""
+    from pdforensics import verdict
+    from pdforensics.report.data import CLASS_ORDER
+
+    scenario = "two_deployments_colliding_rooms"
+    db, opts = scenario_db("json_runs", scenario), options(expected_of(scenario))
+    con = store.open_db(db, read_only=True)
+    try:
+        limits = Limits() if cut is None else Limits(table_requests=cut[0], table_completed=cut[1])
+        page = write_report(con, tmp_path / "r.html", opts, limits=limits).read_text()
+        verdict.apply_options(con, opts)
+        with verdict.materialised(con):
+            every = store.fetch_dicts(con, "SELECT *, hash(bootstrap_room) AS h FROM requests")
+    finally:
+        con.close()
+
+    def last_if_null(*values: object) -> tuple:
+        return tuple((v is None, v) for v in values)
+
+    def identity(r: dict) -> tuple:
+        return last_if_null(
+            r["bootstrap_room"], r["first_t"], r["prefill_rid"], r["decode_rid"], r["p_host"], r["d_host"]
+        )
+
+    def rank(c: str) -> int:
+        return CLASS_ORDER.index(c) if c in CLASS_ORDER else len(CLASS_ORDER)
+
+    open_ = sorted((r for r in every if r["class"] != "completed"),
+                   key=lambda r: (rank(r["class"]), *last_if_null(r["first_t"]), *identity(r)))  # fmt: skip
+    done = sorted((r for r in every if r["class"] == "completed"), key=lambda r: (r["h"], *identity(r)))
+    kept = open_ + done if cut is None else open_[: cut[0]] + done[: cut[1]]
+    want = [(str(r["bootstrap_room"]), r["prefill_rid"], r["p_host"]) for r in kept]
+    rows = next(t for t in _data_block(page)["tables"] if t["id"] == "requests")["rows"]
+    assert [(r[0], r[3], r[5]) for r in rows] == want
+    assert len({w[0] for w in want}) < len(want), "no two sampled requests share a room: nothing tested"

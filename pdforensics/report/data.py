@@ -366,20 +366,37 @@ def open_deadlines(ctx: Ctx) -> tuple[list[dict[str, Any]], int]:
 # ------------------------------------------------------------------ swimlanes
 
 
+# A request's identity, to break ties: rooms collide across deployments (and a hash of equal rooms
+# is equal), and without it which of two tied requests a LIMIT keeps, and in which order the parts
+# of a UNION ALL come back, is up to DuckDB's execution (two ways of fetching the same query once
+# gave two different samples of the same data).
+_REQUEST_IDENTITY = "bootstrap_room, first_t, prefill_rid, decode_rid, p_host, d_host"
+
+
+def _open_then_sample(ctx: Ctx, worst_first: str, take: int, completed: int) -> list[dict[str, Any]]:
+    """Up to `take` requests that did not complete, in `worst_first` order, then a sample of
+    `completed` completed ones (by a hash of the room): one total order, the same on every run."""
+    open_order = f"{worst_first}, {_REQUEST_IDENTITY}"
+    sample_order = f"hash(bootstrap_room), {_REQUEST_IDENTITY}"
+    return ctx.rows(
+        f"""WITH open AS (SELECT * FROM {ctx.req} WHERE class <> 'completed' ORDER BY {open_order} LIMIT ?),
+             sample AS (SELECT * FROM {ctx.req} WHERE class = 'completed' ORDER BY {sample_order} LIMIT ?)
+        SELECT * EXCLUDE (_part, _pos) FROM (
+            SELECT *, 0 AS _part, row_number() OVER (ORDER BY {open_order}) AS _pos FROM open
+            UNION ALL
+            SELECT *, 1 AS _part, row_number() OVER (ORDER BY {sample_order}) AS _pos FROM sample
+        ) ORDER BY _part, _pos""",
+        [take, completed],
+    )
+
+
 def gantt_requests(ctx: Ctx) -> tuple[list[dict[str, Any]], int]:
     """Every request that is not completed (up to the lane cap, worst first) and a few completed ones."""
     lim = ctx.limits
     n = ctx.con.execute(f"SELECT count(*) FROM {ctx.req} WHERE class <> 'completed'").fetchone()
     not_done = int(n[0]) if n else 0
     take = min(not_done, lim.gantt_lanes - lim.gantt_completed)
-    rows = ctx.rows(
-        f"""(SELECT *, 0 AS _grp FROM {ctx.req} WHERE class <> 'completed'
-             ORDER BY {_class_rank()}, abort_race DESC, first_t LIMIT ?)
-        UNION ALL
-        (SELECT *, 1 AS _grp FROM {ctx.req} WHERE class = 'completed'
-             ORDER BY hash(bootstrap_room) LIMIT ?)""",
-        [take, lim.gantt_completed],
-    )
+    rows = _open_then_sample(ctx, f"{_class_rank()}, abort_race DESC, first_t", take, lim.gantt_completed)
     if not_done > take:
         ctx.notes.append(
             f"Swimlanes: {take:,} of {not_done:,} requests that did not complete are drawn "
@@ -692,13 +709,7 @@ def requests_table(ctx: Ctx) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     lim = ctx.limits
     n = ctx.con.execute(f"SELECT count(*) FROM {ctx.req}").fetchone()
     total = int(n[0]) if n else 0
-    rows = ctx.rows(
-        f"""(SELECT * FROM {ctx.req} WHERE class <> 'completed'
-             ORDER BY {_class_rank()}, first_t LIMIT ?)
-        UNION ALL
-        (SELECT * FROM {ctx.req} WHERE class = 'completed' ORDER BY hash(bootstrap_room) LIMIT ?)""",
-        [lim.table_requests, lim.table_completed],
-    )
+    rows = _open_then_sample(ctx, f"{_class_rank()}, first_t", lim.table_requests, lim.table_completed)
     for r in rows:
         r["flags"] = _flags(r)
     if total > len(rows):
