@@ -144,7 +144,7 @@ def _second_row_engines(gauges: list[dict[str, Any]]) -> str:
     """Whose queues the second row draws: every engine but the prefill (a server that is not
     PD-disaggregated, engine `unified`, is drawn there and named so); `decode` when it is empty."""
     engines = sorted({s["engine"] for s in gauges if s["engine"] != "prefill"})
-    return " / ".join(engines) or "decode"
+    return escape(" / ".join(engines)) or "decode"  # (a title is drawn as HTML, as a trace's name)
 
 
 def _subplots(titles: list[str], heights: list[float], spacing: float) -> dict[str, Any]:
