@@ -512,7 +512,7 @@ def known_lines(con: duckdb.DuckDBPyConnection, records: pl.DataFrame) -> pl.Dat
     return found.join(records.select("source_key", "seq"), on=["source_key", "seq"], how="semi")
 
 
-DICT_CHUNK_ROWS = 20_000
+CHUNK_ROWS = 20_000  # rows fetched at a time by the streaming readers
 
 
 def dict_rows(
@@ -523,7 +523,7 @@ def dict_rows(
     command ~0.2 s)."""
     cur = con.execute(sql, params or [])
     names = [d[0] for d in cur.description or []]
-    while chunk := cur.fetchmany(DICT_CHUNK_ROWS):
+    while chunk := cur.fetchmany(CHUNK_ROWS):
         for row in chunk:
             yield dict(zip(names, row, strict=True))
 

@@ -1,4 +1,4 @@
-"""What the exporters share: which relations exist, the window, engine instances, chunked rows."""
+"""What the exporters share: which relations exist, the window, engine instances."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
-
-CHUNK_ROWS = 20_000
 
 
 def has_relation(con: duckdb.DuckDBPyConnection, name: str) -> bool:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import duckdb
 
-from pdforensics.exporters.common import CHUNK_ROWS, has_column, has_relation
+from pdforensics.exporters.common import has_column, has_relation
 from pdforensics.schema import EVENT_FIELDS
+from pdforensics.store import CHUNK_ROWS
 
 ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 ISO = "'%Y-%m-%dT%H:%M:%S.%fZ'"

@@ -92,6 +92,11 @@ class Ctx:
         return fetch_dicts(self.con, sql, params)
 
 
+def _bucket_us(ctx: Ctx, points: int) -> int:
+    """The width of the time buckets that draw the window in at most `points` points: whole seconds."""
+    return max(US, math.ceil((ctx.end_t - ctx.start_t) / points / US) * US)
+
+
 def open_ctx(
     con: duckdb.DuckDBPyConnection, limits: Limits, show_prompts: bool, fallback: tuple[int, int]
 ) -> Ctx:
@@ -181,7 +186,7 @@ def gauge_series(ctx: Ctx) -> list[dict[str, Any]]:
     ).fetchone()
     bucket_us = 0
     if n_max and n_max[0] > ctx.limits.gauge_points:
-        bucket_us = max(US, math.ceil((ctx.end_t - ctx.start_t) / ctx.limits.gauge_points / US) * US)
+        bucket_us = _bucket_us(ctx, ctx.limits.gauge_points)
         ctx.notes.append(
             f"Gauges: up to {n_max[0]:,} batch lines per engine were cut into {bucket_us // US} s buckets "
             "(maximum per bucket; the inflight floor shows the minimum, since a pin is a floor that stays up)."
@@ -199,7 +204,7 @@ def metric_series(ctx: Ctx) -> list[dict[str, Any]]:
     series per scrape target, labelled by its source and step: what a scrape read, which may be
     the last batch line's count (docs/prometheus.md). Above `limits.gauge_points` scrapes a series
     keeps each bucket's maximum (a held count is what the verdict reads from it)."""
-    bucket = max(US, math.ceil((ctx.end_t - ctx.start_t) / ctx.limits.gauge_points / US) * US)
+    bucket = _bucket_us(ctx, ctx.limits.gauge_points)
     # a series of more than `gauge_points` scrapes: each bucket's first time and maximum value
     rows = ctx.rows(
         """WITH m AS (
@@ -332,7 +337,7 @@ def point_markers(ctx: Ctx, kind: str) -> dict[str, Any]:
     if total <= ctx.limits.markers:
         rows = ctx.rows(f"{sql} ORDER BY 1")
         return {"kind": kind, "total": total, "points": rows, "buckets": None}
-    bucket = max(US, math.ceil((ctx.end_t - ctx.start_t) / ctx.limits.markers / US) * US)
+    bucket = _bucket_us(ctx, ctx.limits.markers)
     rows = ctx.rows(
         f"SELECT ? + ((t_us - ?) // ?) * ? + ? // 2 AS t_us, count(*) AS n FROM ({sql}) GROUP BY 1 ORDER BY 1",
         [ctx.start_t, ctx.start_t, bucket, bucket, bucket],
