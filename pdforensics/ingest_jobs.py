@@ -40,14 +40,8 @@ import polars as pl
 import pyarrow as pa
 
 from pdforensics import store
+from pdforensics.batches import CONTEXT_RECORDS, Context, Prepared, coalesce, prepare_batch
 from pdforensics.errors import SourceError
-from pdforensics.ingest import (
-    CONTEXT_RECORDS,
-    _Context,
-    _prepare,
-    _Prepared,
-    coalesce,
-)
 from pdforensics.parse import Parsed, ParseOptions, StreamCarry, parse_records
 from pdforensics.schema import empty_records
 from pdforensics.sources import RecordBatch, Selection, Source
@@ -169,7 +163,7 @@ def read_collection(
     opts: ParseOptions,
     batch_size: int,
     next_id: int,
-    commit: Callable[[_Prepared], None],
+    commit: Callable[[Prepared], None],
 ) -> None:
     """Hand the tasks to `plan.jobs` workers and store their batches as they come (`commit`)."""
     ctx = mp.get_context("spawn")  # not fork: this process holds DuckDB's threads and file lock
@@ -311,7 +305,7 @@ def _stored_ranges(con: duckdb.DuckDBPyConnection, keys: list[str]) -> pl.DataFr
 def _serve(
     con: duckdb.DuckDBPyConnection,
     w: _Worker,
-    commit: Callable[[_Prepared], None],
+    commit: Callable[[Prepared], None],
     todo: deque[_Task],
     done: _Progress,
     source: JournalSource,
@@ -390,13 +384,13 @@ def _merge_notes(source: JournalSource, notes: tuple[int, int, dict[str, int]]) 
     source.direct.fallbacks.update(fallbacks)
 
 
-def _rejects_only(problems: list[tuple[str, str, str, str]], opts: ParseOptions) -> _Prepared:
+def _rejects_only(problems: list[tuple[str, str, str, str]], opts: ParseOptions) -> Prepared:
     """A batch of nothing but these rejects (tasks lost to dead workers or unreadable files)."""
     empty = parse_records(empty_records(), opts)
-    return _Prepared(RecordBatch(rejects=rejects_frame(problems)), empty, 0, 0, 0, 0)
+    return Prepared(RecordBatch(rejects=rejects_frame(problems)), empty, 0, 0, 0, 0)
 
 
-def _resolved(con: duckdb.DuckDBPyConnection, prep: _Prepared) -> _Prepared:
+def _resolved(con: duckdb.DuckDBPyConnection, prep: Prepared) -> Prepared:
     """Links to lines stored before (cont_of = -(seq + 1), same source_key) -> their line_ids."""
     lines = prep.parsed.lines
     if not lines.height:
@@ -431,7 +425,7 @@ def _frame(data: bytes) -> pl.DataFrame:
     return pl.read_ipc(io.BytesIO(data))
 
 
-def _encoded(prep: _Prepared, spool: Path, name: str) -> tuple[Any, ...]:
+def _encoded(prep: Prepared, spool: Path, name: str) -> tuple[Any, ...]:
     """The batch as a message: lines and events written as Arrow IPC files into `spool` (the main
     process reads them from memory: no pickling, no pipe copy of the text), the small frames inline."""
     b, p = prep.batch, prep.parsed
@@ -454,16 +448,14 @@ def _mapped(path: str) -> pl.DataFrame:
     return pl.from_arrow(table)  # type: ignore[return-value]
 
 
-def _decoded(msg: tuple[Any, ...]) -> _Prepared:
+def _decoded(msg: tuple[Any, ...]) -> Prepared:
     paths, small, (skipped, nulls, unread, before, marks), fresh, outside, parsed_records, records, unseen = (
         msg
     )
     lines, events = (_mapped(p) for p in paths)
     stats, odd, rejects = (_frame(f) for f in small)
     batch = RecordBatch(empty_records(), rejects, skipped, nulls, unread, before, marks)
-    return _Prepared(
-        batch, Parsed(lines, events, stats, odd), fresh, outside, parsed_records, records, unseen
-    )
+    return Prepared(batch, Parsed(lines, events, stats, odd), fresh, outside, parsed_records, records, unseen)
 
 
 # ------------------------------------------------------------------ worker process
@@ -511,7 +503,7 @@ def _run_task(
     src.label = task.label  # the lines' `source` is the directory's, whatever the jobs
     src.resume(task.resume, CONTEXT_RECORDS)
     stored = _frame(task.stored)
-    carry, context = StreamCarry(), _Context()
+    carry, context = StreamCarry(), Context()
     die_after = int(os.environ.get(_DIE_AFTER_ENV, "0") or 0) if task.attempt == 0 else 0
 
     def ids(n: int) -> int:
@@ -525,7 +517,7 @@ def _run_task(
 
     spool = Path(task.spool)
     for sent, batch in enumerate(_batches(src, selection, batch_size), 1):
-        prep = _prepare(known_of, batch, selection.window, opts, carry, ids, context)
+        prep = prepare_batch(known_of, batch, selection.window, opts, carry, ids, context)
         lines = prep.parsed.lines.select("source_key", "seq")
         # What this batch stores is known to the next ones; when all of it is under this task's
         # own seqnum ids, this worker knows everything stored there: the main process need not look.

@@ -201,7 +201,7 @@ def test_every_real_log_ingests(tmp_path: Path, real_logs_dir: Path, catalog) ->
 
 
 def test_coalesce_cuts_row_group_batches_and_keeps_counts_and_marks() -> None:
-    from pdforensics.ingest import coalesce
+    from pdforensics.batches import coalesce
     from pdforensics.schema import RECORD_SCHEMA
     from pdforensics.sources._common import rejects_frame
 
@@ -231,7 +231,7 @@ def test_coalesce_cuts_row_group_batches_and_keeps_counts_and_marks() -> None:
 def test_coalesce_cuts_a_batch_of_long_lines_by_its_text() -> None:
     """Long lines (prompts, tracebacks) make a smaller batch: its text reaches the byte cap, not the
     record count; every record goes out once, in order, and a mark with the batch holding its end."""
-    from pdforensics.ingest import coalesce
+    from pdforensics.batches import coalesce
     from pdforensics.schema import RECORD_SCHEMA
 
     def recs(lo: int, n: int, width: int) -> pl.DataFrame:
@@ -433,9 +433,11 @@ def test_a_grown_journal_resumes_near_its_mark_and_equals_a_clean_run(
     monkeypatch: pytest.MonkeyPatch,
     selection: Selection,
 ) -> None:
+    import pdforensics.batches as batches_module
     import pdforensics.ingest as ingest_module
 
-    monkeypatch.setattr(ingest_module, "CONTEXT_RECORDS", 50)
+    monkeypatch.setattr(ingest_module, "CONTEXT_RECORDS", 50)  # where a resume starts reading
+    monkeypatch.setattr(batches_module, "CONTEXT_RECORDS", 50)  # what a batch keeps as context
     part_a, part_b = _journal_parts(fixture)
     path = make_journal(part_a, "grown.journal")
     db = tmp_path / "j.duckdb"
