@@ -18,6 +18,7 @@ from pdforensics import store
 from pdforensics.catalog import load_catalog
 from pdforensics.ingest import ingest
 from pdforensics.paths import fixtures_dir
+from pdforensics.simulate import mutate as mu
 from pdforensics.sources import Selection
 from pdforensics.sources.detect import open_file_source
 from pdforensics.verdict import SEVERITY, VerdictOptions, compute_verdict
@@ -128,3 +129,56 @@ def test_requests_name_each_sides_holder(tmp_path: Path) -> None:
         assert r["holder_at_end"] == "prefill" and r["prefill_host"] == "dsv4-node-03"
         assert r["decode_host"] == "dsv4-node-03"
     assert SEVERITY.index(got["verdict"]) == SEVERITY.index("watchdog_missed")
+
+
+def _decode_finished_unnamed(db: Path) -> list[tuple[int, str]]:
+    """Requests the decode received and finished, that no prefill line names, judged undecided."""
+    con = store.open_db(db, read_only=True)
+    try:
+        return con.execute(
+            "SELECT room::UBIGINT, d_host FROM requests WHERE class = 'undecided' AND prefill_rid IS NULL"
+            " AND decode_received_t IS NOT NULL AND decode_finished_t IS NOT NULL ORDER BY room"
+        ).fetchall()
+    finally:
+        con.close()
+
+
+def _classes(db: Path) -> dict[int, str]:
+    con = store.open_db(db, read_only=True)
+    try:
+        return dict(con.execute("SELECT room::UBIGINT, class FROM requests").fetchall())
+    finally:
+        con.close()
+
+
+def _ingested(entries: list[mu.Entry], work: Path) -> Path:
+    work.mkdir()
+    mu.write_entries(entries, work / "journal.json")
+    db = work / "db.duckdb"
+    ingest(db, [open_file_source(work / "journal.json")], Selection(), load_catalog())
+    return db
+
+
+def _index_of(lines: list[mu.Entry], room: int, kind) -> int:
+    return next(i for i, e in enumerate(lines) if kind(e) and room in mu.rooms_in(mu.text(e)))
+
+
+def test_a_decode_finish_whose_receive_was_lost_does_not_complete_what_the_prefill_may_hold(
+    tmp_path: Path,
+) -> None:
+    """The decode finished it while the prefill's lines were lost: only those lines could say the
+    prefill let it go (undecided). Lose its decode Receive: too (journald suppressed the decode's
+    lines from that Receive: up to its Finish:) and nothing new is known; the Finish: alone, with
+    no start, must not make it completed. When the decode received it is then bounded by the hole
+    on its decode, not unknown."""
+    entries = mu.read_entries(fixtures_dir() / "prefill_goes_silent" / "journal.json")
+    unnamed = _decode_finished_unnamed(_ingested(entries, tmp_path / "as_logged"))
+    assert unnamed, "the fixture must hold decode-finished requests the prefill's silence hides"
+    for room, host in unnamed:
+        unit = next(u for h, u in mu.engine_units(entries, "decode") if h == host)
+        own = [e for e in entries if e.get("_HOSTNAME") == host and e.get("_SYSTEMD_UNIT") == unit]
+        start = _index_of(own, room, lambda e: mu.is_request_line(e, "Receive"))
+        end = _index_of(own, room, mu.completes)
+        cut = mu.delete_stretch(entries, host, unit, start, end - start, told=True)
+        got = _classes(_ingested(cut, tmp_path / str(room)))
+        assert got.get(room) == "undecided", (room, got.get(room))

@@ -305,6 +305,48 @@ def test_a_short_window_with_an_unknown_timeout_names_the_option(log: Log) -> No
     assert "pass --watchdog-timeout" not in short and "re-run with a window of at least" in short, short
 
 
+def test_a_request_that_left_unseen_is_not_healthy_while_the_timeout_is_unknown(log: Log) -> None:
+    """No armed line and no firing line: the timeout is the 300-s default. A request held ~60 s
+    that then left the queue with no line (its end, perhaps a 60-s watchdog's line, lost) is what
+    such a watchdog would have ended: its last line is its Receive:, but its hold lasted until the
+    queues were seen empty, not until that line."""
+    pinned_request(log, at=30, released_at=90)
+    traffic(log, 10, 400)
+    v = log.verdict(timeout=None)
+    assert v.timeout_source == "default"
+    assert v.verdict == "inconclusive", v.reasons
+    why = next(r for r in v.reasons if "ended by a failure or unseen" in r)
+    assert str(room(1)) in why and "pass --watchdog-timeout" in why, why
+    lost = log.requests(timeout=None)[room(1)]
+    assert lost["prefill_status"] == "released" and lost["released_by_t"] >= T0 + 90 * S, lost
+
+
+@pytest.mark.parametrize(("released_at", "judged"), [(60, "lost"), (85, "undecided"), (130, "undecided")])
+def test_a_request_that_left_unseen_after_its_deadline_is_not_healthy(
+    log: Log, released_at: float, judged: str
+) -> None:
+    """Timeout 60 s (armed line). A request held from 30 s left the queue with no line: seen empty
+    by 70 s, it left before the watchdog could fire (lost, not stuck); first seen empty at 90 s
+    (it left at 85 s, which no line shows) or at 130 s, the watchdog may have released it, and its
+    end (perhaps the watchdog's line) is missing."""
+    log.add(5, PREFILL, "watchdog_armed", "inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=60s",
+            timeout_s=60.0)  # fmt: skip
+    pinned_request(log, at=30, released_at=released_at)
+    traffic(log, 10, 400)
+    v = log.verdict(timeout=None)
+    left = log.requests(timeout=None)[room(1)]
+    assert left["class"] == judged, left
+    assert T0 + released_at * S <= left["released_by_t"] <= T0 + (released_at + 20.5) * S, left
+    classes_add_up(v)
+    if judged == "lost":
+        assert v.verdict == "nothing_stuck", v.reasons
+        return
+    assert left["prefill_status"] == "released_late" and left["holder_at_end"] is None, left
+    assert v.verdict == "inconclusive"
+    assert v.reasons[0].startswith("1 request(s) undecided: it left the prefill without a line"), v.reasons
+    assert str(room(1)) in v.reasons[0] and "the watchdog's line" in v.reasons[0], v.reasons[0]
+
+
 def test_context_before_the_window_keeps_the_armed_line_and_open_requests(log: Log) -> None:
     log.add(5, PREFILL, "watchdog_armed", "inflight watchdog armed: SGLANG_DSV4_PREFILL_INFLIGHT_TIMEOUT=60s",
             timeout_s=60.0)  # fmt: skip

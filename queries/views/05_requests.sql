@@ -91,28 +91,43 @@ uncollected AS MATERIALIZED (
     SELECT DISTINCT e.bootstrap_room FROM events AS e
     WHERE e.engine = 'decode' AND e.bootstrap_host IN (SELECT address FROM (SELECT unnest(unobserved_prefills, recursive := true) FROM c))
 ),
+-- when the decode received it: its Receive:, or, that line missing from a request the decode
+-- finished and no prefill line names, any moment from the start of a hole on its decode (lost
+-- lines, not a stop) before its first line up to that line: the Receive: may be in the hole
+received AS MATERIALIZED (
+    SELECT r.bootstrap_room, r.holder,
+        coalesce(r.d_recv, min(x.from_t)) AS recv_from, coalesce(r.d_recv, r.d_first) AS recv_to
+    FROM room_rows AS r
+    LEFT JOIN holes AS x
+      ON r.d_recv IS NULL AND r.d_completed AND x.engine = 'decode' AND x.kind <> 'engine_down'
+     AND (x.host = r.d_host OR x.host = '' OR r.d_host IS NULL) AND x.from_t <= r.d_first
+    WHERE r.p_first IS NULL
+    GROUP BY r.bootstrap_room, r.holder, r.d_recv, r.d_first
+    HAVING coalesce(r.d_recv, min(x.from_t)) IS NOT NULL
+),
 -- rooms the decode received while a prefill's lines were lost (suppressed, unparsable, silent
 -- while traffic flowed; not a stop): their prefill Receive: may be among them
 in_lost_lines AS MATERIALIZED (
-    SELECT DISTINCT r.bootstrap_room FROM room_rows AS r
-    JOIN holes AS x ON x.engine = 'prefill' AND x.kind <> 'engine_down' AND r.d_recv BETWEEN x.from_t AND x.to_t
-    WHERE r.p_first IS NULL
+    SELECT DISTINCT r.bootstrap_room FROM received AS r
+    JOIN holes AS x ON x.engine = 'prefill' AND x.kind <> 'engine_down' AND r.recv_from <= x.to_t AND r.recv_to >= x.from_t
 ),
 -- a projection of the materialised rows, inlined where it is read
 rs AS NOT MATERIALIZED (
-    SELECT * EXCLUDE (unnamed) REPLACE (
+    SELECT * EXCLUDE (unnamed, recv_from) REPLACE (
         prefill_may_hold OR unnamed AS prefill_may_hold,
-        coalesce(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start)
+        coalesce(open_start, CASE WHEN unnamed THEN recv_from END) AS open_start)
     FROM (
-        SELECT r.*,
-            coalesce(r.p_first IS NULL AND r.d_recv IS NOT NULL
-                AND ((l.l1 AND (NOT r.d_completed OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+        SELECT r.*, rc.recv_from,
+            coalesce(rc.recv_from IS NOT NULL
+                AND ((l.l1 AND (NOT r.d_completed
+                                OR (rc.recv_from <= l.logging_to AND rc.recv_to >= l.logging_from)
                                 -- or its Receive: fell where prefill lines were lost
                                 OR ll.bootstrap_room IS NOT NULL))
                      -- its Receive: names a prefill none of whose lines were read
                      OR un.bootstrap_room IS NOT NULL), false) AS unnamed
         FROM room_rows AS r
         CROSS JOIN prefill_logs AS l
+        LEFT JOIN received AS rc USING (bootstrap_room, holder)
         LEFT JOIN uncollected AS un ON un.bootstrap_room = r.bootstrap_room
         LEFT JOIN in_lost_lines AS ll ON ll.bootstrap_room = r.bootstrap_room
     )
@@ -131,7 +146,10 @@ rs AS NOT MATERIALIZED (
 --                    hole, a dropped watchdog line included, whatever a later gauge shows; or a
 --                    hole overlaps [pin_start, deadline] and no gauge sample a full timeout+grace
 --                    after it shows it still held (undecided)
---     released       a later gauge sample shows every prefill queue empty: it left without a line
+--     released       a later gauge sample shows every prefill queue empty: it left without a line,
+--                    before the watchdog could fire (every DP rank of its prefill seen empty by then)
+--     released_late  it left without a line, but the queues were first seen empty only once the
+--                    watchdog could have fired: it may have been held to its deadline (undecided)
 --     waiting_queue  open past the timeout, but the waiting queue never drained: it may still be
 --                    waiting, not pinned (undecided)
 --     young          the deadline is after the end of the evidence
@@ -185,6 +203,11 @@ drain AS (
     ASOF LEFT JOIN (SELECT host, t_us FROM ig WHERE queue_req = 0) AS d
       ON d.host = h.host AND h.p_recv <= d.t_us
 ),
+-- every queue of one DP rank of a prefill seen empty (a batch line): a request that rank held had left
+empties AS MATERIALIZED (
+    SELECT host, dp_rank, t_us FROM inflight_gauge
+    WHERE floor = 0 AND coalesce(bootstrap_req, 0) = 0 AND coalesce(queue_req, 0) = 0
+),
 prefill_gone AS (
     SELECT h.bootstrap_room, h.holder, min(x.gone_t) AS gone_t
     FROM held_by_prefill AS h
@@ -211,6 +234,19 @@ timed AS MATERIALIZED (
     LEFT JOIN sampled AS sm ON sm.host = h.host
     LEFT JOIN emptied AS e USING (bootstrap_room, holder)
 ),
+left_by AS (
+    -- the first moment after it was held (a second of margin, as for `released`) by which every DP
+    -- rank of its prefill had been seen empty: whichever rank held it, it had left by then
+    SELECT r.bootstrap_room, r.holder, CASE WHEN count(e.t_us) = count(*) THEN max(e.t_us) END AS left_by_t
+    FROM (
+        SELECT t.bootstrap_room, t.holder, t.host, k.dp_rank, coalesce(t.pin_start, t.p_recv) + 1000000 AS after_t
+        FROM timed AS t
+        JOIN (SELECT DISTINCT host, dp_rank FROM inflight_gauge) AS k ON k.host = t.host
+        WHERE t.last_empty_t IS NOT NULL
+    ) AS r
+    ASOF LEFT JOIN empties AS e ON e.host = r.host AND e.dp_rank = r.dp_rank AND e.t_us > r.after_t
+    GROUP BY r.bootstrap_room, r.holder
+),
 hidden_by AS (
     -- holes on its prefill (not its stop: that is `gone`) within its hold:
     --   over_deadline: the hole covers the moment its deadline passed, from a second before the
@@ -232,7 +268,7 @@ hidden_by AS (
 ),
 po AS MATERIALIZED (
     SELECT t.bootstrap_room, t.holder, t.host AS p_host_eff, t.pin_start, t.pin_start + t.stuck_us AS deadline, t.obs_end,
-        t.gone_t AS p_gone_t, hb.hole_ids,
+        t.gone_t AS p_gone_t, coalesce(lb.left_by_t, t.last_empty_t) AS p_left_by_t, hb.hole_ids,
         CASE
             -- no prefill line in the window, or several prefill hosts and no line says which holds it
             -- (past its deadline: a younger one is `young`, whoever holds it)
@@ -244,7 +280,15 @@ po AS MATERIALIZED (
             -- (a normal finish, or the watchdog's line) may be in there
             WHEN hb.over_deadline THEN 'hidden'
             -- a second of margin: the batch that scheduled it is excluded from its own sample's floor
-            WHEN t.last_empty_t > coalesce(t.pin_start, t.p_recv) + 1000000 THEN 'released'
+            -- it left unseen; when the queues were first seen empty only once the watchdog could
+            -- have fired (a second before the timeout, 1-s prefixes), it may have been held to its
+            -- deadline (its end, perhaps the watchdog's line, is missing); with the timeout unknown
+            -- the default's deadline (the verdict's rule on unknown timeouts covers shorter ones)
+            WHEN t.last_empty_t > coalesce(t.pin_start, t.p_recv) + 1000000
+                THEN CASE WHEN t.pin_start IS NOT NULL
+                           AND NOT coalesce(lb.left_by_t <= t.pin_start
+                                   + CASE WHEN t.timeout_unknown THEN t.stuck_us ELSE t.timeout_us - 1000000 END, false)
+                          THEN 'released_late' ELSE 'released' END
             WHEN t.pin_start IS NULL
                 THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
             WHEN t.pin_start + t.stuck_us > t.obs_end THEN 'young'
@@ -254,6 +298,7 @@ po AS MATERIALIZED (
         END AS status
     FROM timed AS t
     LEFT JOIN hidden_by AS hb USING (bootstrap_room, holder)
+    LEFT JOIN left_by AS lb USING (bootstrap_room, holder)
 ),
 decode_gone AS MATERIALIZED (
     -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
@@ -271,9 +316,9 @@ decode_gone AS MATERIALIZED (
 -- Who holds it at the window end, and its life on the reference clock. `held`/`lived` are inlined
 -- (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row.
 held AS NOT MATERIALIZED (
-    SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids,
+    SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, o.p_left_by_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids,
         CASE
-            WHEN b.prefill_may_hold AND o.status NOT IN ('gone', 'released') THEN 'prefill'
+            WHEN b.prefill_may_hold AND o.status NOT IN ('gone', 'released', 'released_late') THEN 'prefill'
             WHEN NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
                  AND (b.d_first IS NOT NULL OR c.decode_logged) AND dg.d_gone_t IS NULL THEN 'decode'
         END AS holder_at_end,
@@ -315,6 +360,8 @@ classed AS (
             WHEN r.status = 'pinned' THEN 'silent_pin'
             -- it may still be held and the logs cannot tell (see undecided_reason)
             WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed') AND r.holder_at_end = 'prefill' THEN 'undecided'
+            -- it left, but perhaps only once the watchdog could fire: held to its deadline or not, the logs cannot tell
+            WHEN r.status = 'released_late' THEN 'undecided'
             WHEN r.any_failure THEN 'transfer_failed'
             -- a decode retraction (KV pool full) aborted it: neither a race nor a pin
             WHEN r.d_retracted_at IS NOT NULL THEN 'retracted'
@@ -360,7 +407,7 @@ SELECT
     CASE
         WHEN NOT abort_race THEN NULL
         WHEN class = 'silent_pin' THEN 'pinned'
-        WHEN p_end IS NOT NULL OR status = 'released' THEN 'released'
+        WHEN p_end IS NOT NULL OR status IN ('released', 'released_late') THEN 'released'
         WHEN status = 'gone' THEN 'gone with the prefill'
         ELSE 'open'
     END AS abort_race_outcome,
@@ -369,7 +416,7 @@ SELECT
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN wd_dwell_s
         -- it left the queue unseen, somewhere before the queues were seen empty: no honest number
-        WHEN status = 'released' THEN NULL
+        WHEN status IN ('released', 'released_late') THEN NULL
         -- the line's own time may be truncated to the second (plain files): never below 0
         -- held: a hold ends at its holder's end, the holder's death or the window end, never at
         -- the holder's last line (a pin judged against the window end is held that long)
@@ -383,7 +430,7 @@ SELECT
     END AS dwell_s,
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN 'watchdog line'
-        WHEN status = 'released' THEN NULL
+        WHEN status IN ('released', 'released_late') THEN NULL
         WHEN p_inflight_entry IS NOT NULL THEN 'time stats (inflight entry)'
         WHEN p_recv_open IS NOT NULL THEN 'prefill Receive (upper bound)'
         WHEN prefill_may_hold AND pin_start IS NOT NULL AND coalesce(p_host, p_host_eff) IS NOT NULL THEN 'decode handshake done (lower bound)'
@@ -393,6 +440,7 @@ SELECT
     coalesce(prefill_may_hold AND status IN ('pinned', 'young', 'hidden', 'waiting_queue', 'no_prefill', 'unnamed'), false) AS might_be_stuck,
     CASE
         WHEN status = 'hidden' THEN 'a hole on its prefill overlaps its watchdog deadline'
+        WHEN status = 'released_late' THEN 'it left the prefill without a line, and its queues were first seen empty only once the watchdog could have fired: it may have been held to its deadline (its end, perhaps the watchdog''s line, is missing)'
         WHEN status = 'waiting_queue' THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
         -- its Receive: names a prefill whose lines are absent (an unobserved instance)
         WHEN class = 'undecided' AND prefill_uncollected AND d_completed
@@ -439,7 +487,9 @@ SELECT
         WHEN p_abort_queue ILIKE '%inflight%' THEN 'L3 "Abort inflight queue request."'
         ELSE 'Decode transfer failed ... abort: decode was past its handshake, and the prefill never reported the room again'
     END AS abort_evidence,
-    p_gone_t, d_gone_t, hole_ids
+    p_gone_t, d_gone_t, hole_ids,
+    -- it left the prefill unseen: by this sample (every queue of its prefill seen empty since) it had left
+    CASE WHEN status IN ('released', 'released_late') THEN p_left_by_t END AS released_by_t
 FROM classed
 -- judged: what lives in the window (its last sign, or still open, at or after the window start)
 WHERE coalesce(life_end, (SELECT end_t FROM c)) >= (SELECT start_t FROM c) OR holder_at_end IS NOT NULL;

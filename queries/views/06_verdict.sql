@@ -22,7 +22,7 @@ rq AS MATERIALIZED (
         hole_ids, dwell_s, dwell_basis, abort_race, across_restart, aborted_t, abort_race_outcome, undecided_reason,
         watchdog_fired_t, wd_dwell_s, wd_same_second, wd_n_ranks, wd_timeout_s, prefill_received_t, prefill_end_t,
         prefill_rid, decode_rid, one_sided, evidence_level, lost_reason, reason, wd_state, wd_ranks, d_host, legs,
-        decode_end_t, decode_received_t, decode_unpaired
+        decode_end_t, decode_received_t, decode_unpaired, released_by_t
     FROM requests
 ),
 -- holes of the context before the window count only where they bear on a request judged in it
@@ -635,7 +635,7 @@ reasons AS MATERIALIZED (
         || '; collect the decode''s journal too (--unit, its host)'
     FROM c, window_lines AS wl
     LEFT JOIN (SELECT count(*) AS n, array_to_string(list(room ORDER BY first_t)[1:5], ', ') || CASE WHEN count(*) > 5 THEN ', ...' ELSE '' END AS rooms
-               FROM rq WHERE class = 'undecided' AND coalesce(prefill_status, '') NOT IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed')
+               FROM rq WHERE class = 'undecided' AND coalesce(prefill_status, '') NOT IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed', 'released_late')
                HAVING count(*) > 0) AS hand ON true
     WHERE NOT c.decode_logged AND array_length(c.prefill_hosts) > 0 AND wl.n > 0
     UNION ALL
@@ -663,7 +663,8 @@ reasons AS MATERIALIZED (
             count(*), array_to_string(list(r.room ORDER BY r.first_t)[1:5], ', '), any_value(c.timeout_s))
     FROM rq AS r, c
     WHERE c.timeout_source = 'default' AND r.class IN ('transfer_failed', 'lost')
-      AND coalesce(r.prefill_end_t, r.decode_end_t, r.last_t) - coalesce(r.prefill_received_t, r.first_t) > 30000000
+      -- one that left unseen was held until some moment before its prefill's queues were empty
+      AND coalesce(r.prefill_end_t, r.released_by_t, r.decode_end_t, r.last_t) - coalesce(r.prefill_received_t, r.first_t) > 30000000
     HAVING count(*) > 0
     UNION ALL
     SELECT 37, 'undecided',
@@ -734,8 +735,9 @@ reasons AS MATERIALIZED (
             CASE prefill_status
                 WHEN 'waiting_queue' THEN 'L2 time stats (--enable-request-time-stats-logging) would time its inflight entry'
                 WHEN 'unnamed' THEN 'read the prefill''s own log file (journald may have dropped its lines), or widen --since/--until'
+                WHEN 'released_late' THEN 'read the prefill''s own log file for its end or the watchdog''s line (journald may have dropped them)'
                 ELSE 'ingest the prefill''s journal or log too' END)
-    FROM rq WHERE prefill_status IN ('waiting_queue', 'no_prefill', 'unnamed') AND class = 'undecided'
+    FROM rq WHERE prefill_status IN ('waiting_queue', 'no_prefill', 'unnamed', 'released_late') AND class = 'undecided'
     GROUP BY prefill_status
     UNION ALL
     SELECT 32, 'undecided',

@@ -93,16 +93,41 @@ WHERE
     )
   );
 
+CREATE OR REPLACE TEMPORARY VIEW requests__received AS
+SELECT
+  r.bootstrap_room,
+  r.holder,
+  COALESCE(r.d_recv, MIN(x.from_t)) AS recv_from,
+  COALESCE(r.d_recv, r.d_first) AS recv_to
+FROM requests__room_rows AS r
+LEFT JOIN requests__holes AS x
+  ON r.d_recv IS NULL
+  AND r.d_completed
+  AND x.engine = 'decode'
+  AND x.kind <> 'engine_down'
+  AND (
+    x.host = r.d_host OR x.host = '' OR r.d_host IS NULL
+  )
+  AND x.from_t <= r.d_first
+WHERE
+  r.p_first IS NULL
+GROUP BY
+  r.bootstrap_room,
+  r.holder,
+  r.d_recv,
+  r.d_first
+HAVING
+  NOT COALESCE(r.d_recv, MIN(x.from_t)) IS NULL;
+
 CREATE OR REPLACE TEMPORARY VIEW requests__in_lost_lines AS
 SELECT DISTINCT
   r.bootstrap_room
-FROM requests__room_rows AS r
+FROM requests__received AS r
 JOIN requests__holes AS x
   ON x.engine = 'prefill'
   AND x.kind <> 'engine_down'
-  AND r.d_recv BETWEEN x.from_t AND x.to_t
-WHERE
-  r.p_first IS NULL;
+  AND r.recv_from <= x.to_t
+  AND r.recv_to >= x.from_t;
 
 CREATE OR REPLACE TEMPORARY VIEW requests__held_by_prefill AS
 WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
@@ -173,22 +198,24 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
     one_sided,
     prefill_may_hold OR unnamed AS prefill_may_hold,
     kv_arrived_by,
-    COALESCE(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start,
+    COALESCE(open_start, CASE WHEN unnamed THEN recv_from END) AS open_start,
     p_recv_open,
     decode_side_only,
     decode_from
   FROM (
     SELECT
       r.*,
+      rc.recv_from,
       COALESCE(
-        r.p_first IS NULL
-        AND NOT r.d_recv IS NULL
+        NOT rc.recv_from IS NULL
         AND (
           (
             l.l1
             AND (
               NOT r.d_completed
-              OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+              OR (
+                rc.recv_from <= l.logging_to AND rc.recv_to >= l.logging_from
+              )
               OR /* or its Receive: fell where prefill lines were lost */ NOT ll.bootstrap_room IS NULL
             )
           )
@@ -198,6 +225,8 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
       ) AS unnamed
     FROM requests__room_rows AS r
     CROSS JOIN requests__prefill_logs AS l
+    LEFT JOIN requests__received AS rc
+      USING (bootstrap_room, holder)
     LEFT JOIN requests__uncollected AS un
       ON un.bootstrap_room = r.bootstrap_room
     LEFT JOIN requests__in_lost_lines AS ll
@@ -262,6 +291,15 @@ FROM (
 ) AS x
 WHERE
   x.engine = 'prefill';
+
+CREATE OR REPLACE TEMPORARY VIEW requests__empties AS
+SELECT
+  host,
+  dp_rank,
+  t_us
+FROM inflight_gauge
+WHERE
+  floor = 0 AND COALESCE(bootstrap_req, 0) = 0 AND COALESCE(queue_req, 0) = 0;
 
 CREATE OR REPLACE TEMPORARY VIEW requests__timed AS
 WITH sampled AS (
@@ -355,7 +393,47 @@ LEFT JOIN emptied AS e
   USING (bootstrap_room, holder);
 
 CREATE OR REPLACE TEMPORARY VIEW requests__po AS
-WITH hidden_by AS (
+WITH left_by AS (
+  /* the first moment after it was held (a second of margin, as for `released`) by which every DP */
+  /* rank of its prefill had been seen empty: whichever rank held it, it had left by then */
+  SELECT
+    r.bootstrap_room,
+    r.holder,
+    CASE WHEN COUNT(e.t_us) = COUNT(*) THEN MAX(e.t_us) END AS left_by_t
+  FROM (
+    SELECT
+      t.bootstrap_room,
+      t.holder,
+      t.host,
+      k.dp_rank,
+      COALESCE(t.pin_start, t.p_recv) + 1000000 AS after_t
+    FROM requests__timed AS t
+    JOIN (
+      SELECT DISTINCT
+        host,
+        dp_rank
+      FROM inflight_gauge
+    ) AS k
+      ON k.host = t.host
+    WHERE
+      NOT t.last_empty_t IS NULL
+  ) AS r
+  LEFT JOIN (
+    SELECT
+      *,
+      LAG(t_us) OVER (PARTITION BY host, dp_rank ORDER BY t_us NULLS LAST) AS __asof_edge
+    FROM requests__empties AS __asof_src
+  ) AS e
+    ON e.host = r.host
+    AND e.dp_rank = r.dp_rank
+    AND e.t_us > r.after_t
+    AND (
+      e.__asof_edge IS NULL OR r.after_t >= e.__asof_edge
+    )
+  GROUP BY
+    r.bootstrap_room,
+    r.holder
+), hidden_by AS (
   /* holes on its prefill (not its stop: that is `gone`) within its hold: */
   /*   over_deadline: the hole covers the moment its deadline passed, from a second before the */
   /*                  timeout (1-s prefixes) to timeout + grace after pin_start, when the watchdog */
@@ -400,6 +478,7 @@ SELECT
   t.pin_start + t.stuck_us AS deadline,
   t.obs_end,
   t.gone_t AS p_gone_t,
+  COALESCE(lb.left_by_t, t.last_empty_t) AS p_left_by_t,
   hb.hole_ids,
   CASE
     WHEN (
@@ -418,7 +497,15 @@ SELECT
     WHEN hb.over_deadline
     THEN 'hidden'
     WHEN t.last_empty_t > COALESCE(t.pin_start, t.p_recv) + 1000000
-    THEN 'released'
+    THEN CASE
+      WHEN NOT t.pin_start IS NULL
+      AND NOT COALESCE(
+        lb.left_by_t <= t.pin_start + CASE WHEN t.timeout_unknown THEN t.stuck_us ELSE t.timeout_us - 1000000 END,
+        FALSE
+      )
+      THEN 'released_late'
+      ELSE 'released'
+    END
     WHEN t.pin_start IS NULL
     THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
     WHEN t.pin_start + t.stuck_us > t.obs_end
@@ -432,6 +519,8 @@ SELECT
   END AS status
 FROM requests__timed AS t
 LEFT JOIN hidden_by AS hb
+  USING (bootstrap_room, holder)
+LEFT JOIN left_by AS lb
   USING (bootstrap_room, holder);
 
 CREATE OR REPLACE TEMPORARY VIEW requests__decode_gone AS
@@ -503,22 +592,24 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
     one_sided,
     prefill_may_hold OR unnamed AS prefill_may_hold,
     kv_arrived_by,
-    COALESCE(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start,
+    COALESCE(open_start, CASE WHEN unnamed THEN recv_from END) AS open_start,
     p_recv_open,
     decode_side_only,
     decode_from
   FROM (
     SELECT
       r.*,
+      rc.recv_from,
       COALESCE(
-        r.p_first IS NULL
-        AND NOT r.d_recv IS NULL
+        NOT rc.recv_from IS NULL
         AND (
           (
             l.l1
             AND (
               NOT r.d_completed
-              OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+              OR (
+                rc.recv_from <= l.logging_to AND rc.recv_to >= l.logging_from
+              )
               OR /* or its Receive: fell where prefill lines were lost */ NOT ll.bootstrap_room IS NULL
             )
           )
@@ -528,6 +619,8 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
       ) AS unnamed
     FROM requests__room_rows AS r
     CROSS JOIN requests__prefill_logs AS l
+    LEFT JOIN requests__received AS rc
+      USING (bootstrap_room, holder)
     LEFT JOIN requests__uncollected AS un
       ON un.bootstrap_room = r.bootstrap_room
     LEFT JOIN requests__in_lost_lines AS ll
@@ -640,22 +733,24 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
     one_sided,
     prefill_may_hold OR unnamed AS prefill_may_hold,
     kv_arrived_by,
-    COALESCE(open_start, CASE WHEN unnamed THEN d_recv END) AS open_start,
+    COALESCE(open_start, CASE WHEN unnamed THEN recv_from END) AS open_start,
     p_recv_open,
     decode_side_only,
     decode_from
   FROM (
     SELECT
       r.*,
+      rc.recv_from,
       COALESCE(
-        r.p_first IS NULL
-        AND NOT r.d_recv IS NULL
+        NOT rc.recv_from IS NULL
         AND (
           (
             l.l1
             AND (
               NOT r.d_completed
-              OR r.d_recv BETWEEN l.logging_from AND l.logging_to
+              OR (
+                rc.recv_from <= l.logging_to AND rc.recv_to >= l.logging_from
+              )
               OR /* or its Receive: fell where prefill lines were lost */ NOT ll.bootstrap_room IS NULL
             )
           )
@@ -665,6 +760,8 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
       ) AS unnamed
     FROM requests__room_rows AS r
     CROSS JOIN requests__prefill_logs AS l
+    LEFT JOIN requests__received AS rc
+      USING (bootstrap_room, holder)
     LEFT JOIN requests__uncollected AS un
       ON un.bootstrap_room = r.bootstrap_room
     LEFT JOIN requests__in_lost_lines AS ll
@@ -676,12 +773,13 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
     o.p_host_eff,
     o.status,
     o.p_gone_t,
+    o.p_left_by_t,
     dg.d_gone_t,
     o.pin_start,
     o.deadline,
     o.hole_ids,
     CASE
-      WHEN b.prefill_may_hold AND NOT o.status IN ('gone', 'released')
+      WHEN b.prefill_may_hold AND NOT o.status IN ('gone', 'released', 'released_late')
       THEN 'prefill'
       WHEN NOT b.prefill_may_hold
       AND b.d_end IS NULL
@@ -762,6 +860,8 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
       WHEN r.status IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed')
       AND r.holder_at_end = 'prefill'
       THEN 'undecided'
+      WHEN r.status = 'released_late'
+      THEN 'undecided'
       WHEN r.any_failure
       THEN 'transfer_failed'
       WHEN NOT r.d_retracted_at IS NULL
@@ -824,7 +924,7 @@ SELECT
     THEN NULL
     WHEN class = 'silent_pin'
     THEN 'pinned'
-    WHEN NOT p_end IS NULL OR status = 'released'
+    WHEN NOT p_end IS NULL OR status IN ('released', 'released_late')
     THEN 'released'
     WHEN status = 'gone'
     THEN 'gone with the prefill'
@@ -835,7 +935,7 @@ SELECT
   CASE
     WHEN class = 'watchdog_fired' AND NOT wd_dwell_s IS NULL
     THEN wd_dwell_s
-    WHEN status = 'released'
+    WHEN status IN ('released', 'released_late')
     THEN NULL
     WHEN NOT p_inflight_entry IS NULL
     THEN GREATEST(COALESCE(p_end, GREATEST(open_until, p_inflight_entry)) - p_inflight_entry, 0) / 1e6
@@ -853,7 +953,7 @@ SELECT
   CASE
     WHEN class = 'watchdog_fired' AND NOT wd_dwell_s IS NULL
     THEN 'watchdog line'
-    WHEN status = 'released'
+    WHEN status IN ('released', 'released_late')
     THEN NULL
     WHEN NOT p_inflight_entry IS NULL
     THEN 'time stats (inflight entry)'
@@ -873,6 +973,8 @@ SELECT
   CASE
     WHEN status = 'hidden'
     THEN 'a hole on its prefill overlaps its watchdog deadline'
+    WHEN status = 'released_late'
+    THEN 'it left the prefill without a line, and its queues were first seen empty only once the watchdog could have fired: it may have been held to its deadline (its end, perhaps the watchdog\'s line, is missing)'
     WHEN status = 'waiting_queue'
     THEN 'the prefill waiting queue (#queue-req) never drained after its Receive: it may still be waiting'
     WHEN class = 'undecided' AND prefill_uncollected AND d_completed
@@ -946,7 +1048,8 @@ SELECT
   END AS abort_evidence,
   p_gone_t,
   d_gone_t,
-  hole_ids
+  hole_ids,
+  CASE WHEN status IN ('released', 'released_late') THEN p_left_by_t END AS released_by_t /* it left the prefill unseen: by this sample (every queue of its prefill seen empty since) it had left */
 FROM classed
 /* judged: what lives in the window (its last sign, or still open, at or after the window start) */
 WHERE

@@ -45,7 +45,8 @@ SELECT
   legs,
   decode_end_t,
   decode_received_t,
-  decode_unpaired
+  decode_unpaired,
+  released_by_t
 FROM requests;
 
 CREATE OR REPLACE TEMPORARY VIEW verdict__holes AS
@@ -1855,7 +1856,7 @@ LEFT JOIN (
   FROM verdict__rq AS rq
   WHERE
     class = 'undecided'
-    AND NOT COALESCE(prefill_status, '') IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed')
+    AND NOT COALESCE(prefill_status, '') IN ('hidden', 'waiting_queue', 'no_prefill', 'unnamed', 'released_late')
   HAVING
     COUNT(*) > 0
 ) AS hand
@@ -2037,7 +2038,7 @@ FROM verdict__rq AS r, verdict__c AS c
 WHERE
   c.timeout_source = 'default'
   AND r.class IN ('transfer_failed', 'lost')
-  AND COALESCE(r.prefill_end_t, r.decode_end_t, r.last_t) - COALESCE(r.prefill_received_t, r.first_t) > 30000000
+  AND /* one that left unseen was held until some moment before its prefill's queues were empty */ COALESCE(r.prefill_end_t, r.released_by_t, r.decode_end_t, r.last_t) - COALESCE(r.prefill_received_t, r.first_t) > 30000000
 HAVING
   COUNT(*) > 0
 UNION ALL
@@ -2372,12 +2373,14 @@ SELECT
       THEN 'L2 time stats (--enable-request-time-stats-logging) would time its inflight entry'
       WHEN 'unnamed'
       THEN 'read the prefill\'s own log file (journald may have dropped its lines), or widen --since/--until'
+      WHEN 'released_late'
+      THEN 'read the prefill\'s own log file for its end or the watchdog\'s line (journald may have dropped them)'
       ELSE 'ingest the prefill\'s journal or log too'
     END AS STRING)
   )
 FROM verdict__rq AS rq
 WHERE
-  prefill_status IN ('waiting_queue', 'no_prefill', 'unnamed')
+  prefill_status IN ('waiting_queue', 'no_prefill', 'unnamed', 'released_late')
   AND class = 'undecided'
 GROUP BY
   prefill_status
