@@ -13,6 +13,11 @@ CREATE OR REPLACE MACRO pdf_floor(inflight_req, new_seq, entry) AS
          THEN greatest(inflight_req, 0)
          ELSE greatest(inflight_req - coalesce(new_seq, 0), 0) END;
 
+-- A prefill batch line that shows its rank holding nothing at all: no earlier batch in flight
+-- (`floor`, pdf_floor), nobody bootstrapping or waiting. A request that rank held had left by then.
+CREATE OR REPLACE MACRO pdf_nothing_held(floor, bootstrap_req, queue_req) AS
+    floor = 0 AND coalesce(bootstrap_req, 0) = 0 AND coalesce(queue_req, 0) = 0;
+
 CREATE OR REPLACE VIEW context AS
 WITH
 w AS MATERIALIZED (
@@ -502,9 +507,7 @@ levels AS MATERIALIZED (
         count(*) AS samples, min(t.t_us) AS first_t, max(t.t_us) AS last_t,
         arg_max(t.floor, t.t_us) AS last_floor, max(t.floor) AS peak_floor,
         max(t.t_us) FILTER (WHERE t.floor = 0) AS last_zero_t,
-        -- nothing held at all: no earlier batch in flight, nobody bootstrapping or waiting
-        max(t.t_us) FILTER (WHERE t.floor = 0 AND coalesce(t.bootstrap_req, 0) = 0 AND coalesce(t.queue_req, 0) = 0)
-            AS last_empty_t,
+        max(t.t_us) FILTER (WHERE pdf_nothing_held(t.floor, t.bootstrap_req, t.queue_req)) AS last_empty_t,
         coalesce(max(t.tail_min) FILTER (WHERE t.t_us <= t.stream_last_t - s.stuck_us), 0) AS pinned_floor
     FROM tails AS t, s
     GROUP BY ALL

@@ -205,8 +205,7 @@ drain AS (
 ),
 -- every queue of one DP rank of a prefill seen empty (a batch line): a request that rank held had left
 empties AS MATERIALIZED (
-    SELECT host, dp_rank, t_us FROM inflight_gauge
-    WHERE floor = 0 AND coalesce(bootstrap_req, 0) = 0 AND coalesce(queue_req, 0) = 0
+    SELECT host, dp_rank, t_us FROM inflight_gauge WHERE pdf_nothing_held(floor, bootstrap_req, queue_req)
 ),
 prefill_gone AS (
     SELECT h.bootstrap_room, h.holder, min(x.gone_t) AS gone_t

@@ -1201,8 +1201,16 @@ SELECT
   MAX(t.floor) AS peak_floor,
   MAX(t.t_us) FILTER(WHERE
     t.floor = 0) AS last_zero_t,
-  MAX(t.t_us) /* nothing held at all: no earlier batch in flight, nobody bootstrapping or waiting */ FILTER(WHERE
-    t.floor = 0 AND COALESCE(t.bootstrap_req, 0) = 0 AND COALESCE(t.queue_req, 0) = 0) AS last_empty_t,
+  MAX(t.t_us) FILTER(WHERE
+    (
+      t.floor
+    ) = 0
+    AND COALESCE((
+      t.bootstrap_req
+    ), 0) = 0
+    AND COALESCE((
+      t.queue_req
+    ), 0) = 0) AS last_empty_t,
   COALESCE(MAX(t.tail_min) FILTER(WHERE
     t.t_us <= t.stream_last_t - s.stuck_us), 0) AS pinned_floor
 FROM context__tails AS t, context__s AS s

@@ -299,7 +299,15 @@ SELECT
   t_us
 FROM inflight_gauge
 WHERE
-  floor = 0 AND COALESCE(bootstrap_req, 0) = 0 AND COALESCE(queue_req, 0) = 0;
+  (
+    floor
+  ) = 0
+  AND COALESCE((
+    bootstrap_req
+  ), 0) = 0
+  AND COALESCE((
+    queue_req
+  ), 0) = 0;
 
 CREATE OR REPLACE TEMPORARY VIEW requests__timed AS
 WITH sampled AS (
