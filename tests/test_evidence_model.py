@@ -21,7 +21,14 @@ from pdforensics.paths import fixtures_dir
 from pdforensics.simulate import mutate as mu
 from pdforensics.sources import Selection
 from pdforensics.sources.detect import open_file_source
-from pdforensics.verdict import SEVERITY, VerdictOptions, compute_verdict
+from pdforensics.verdict import (
+    SEVERITY,
+    VerdictOptions,
+    apply_options,
+    compute_verdict,
+    ensure_views,
+    materialised,
+)
 
 FLEET = fixtures_dir() / "fleet_16_hosts"
 MISSING = "p-node-05"  # its two requests routed to the restarted decode are silent pins
@@ -133,20 +140,26 @@ def test_requests_name_each_sides_holder(tmp_path: Path) -> None:
 
 def _decode_finished_unnamed(db: Path) -> list[tuple[int, str]]:
     """Requests the decode received and finished, that no prefill line names, judged undecided."""
-    con = store.open_db(db, read_only=True)
-    try:
-        return con.execute(
-            "SELECT room::UBIGINT, d_host FROM requests WHERE class = 'undecided' AND prefill_rid IS NULL"
-            " AND decode_received_t IS NOT NULL AND decode_finished_t IS NOT NULL ORDER BY room"
-        ).fetchall()
-    finally:
-        con.close()
+    return _requests(
+        db,
+        "SELECT room::UBIGINT, d_host FROM requests WHERE class = 'undecided' AND prefill_rid IS NULL"
+        " AND decode_received_t IS NOT NULL AND decode_finished_t IS NOT NULL ORDER BY room",
+    )
 
 
 def _classes(db: Path) -> dict[int, str]:
+    return dict(_requests(db, "SELECT room::UBIGINT, class FROM requests"))
+
+
+def _requests(db: Path, sql: str) -> list[tuple]:
+    """`sql` over the `requests` rows, computed as a command computes them (the heavy views once, as
+    tables): the bare view inlines the whole stack into one plan, several times slower to plan."""
     con = store.open_db(db, read_only=True)
     try:
-        return dict(con.execute("SELECT room::UBIGINT, class FROM requests").fetchall())
+        apply_options(con, None)
+        ensure_views(con)
+        with materialised(con, ("context", "requests")):
+            return con.execute(sql).fetchall()
     finally:
         con.close()
 
