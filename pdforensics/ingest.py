@@ -15,10 +15,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from pdforensics import store
+from pdforensics import batches, store
 from pdforensics.batches import (
     BATCH_SIZE,
-    CONTEXT_RECORDS,
     KEY,
     Context,
     Prepared,
@@ -29,6 +28,7 @@ from pdforensics.batches import (
 from pdforensics.catalog import Catalog
 from pdforensics.catalog.prefixes import load_prefixes
 from pdforensics.errors import DatabaseError, is_interrupt
+from pdforensics.ingest_jobs import collection_plan, read_collection
 from pdforensics.parquet_store import ParquetMirror
 from pdforensics.parse import (
     STATS_KEY,
@@ -141,7 +141,7 @@ def _plan_resume(con: duckdb.DuckDBPyConnection, src: Source, selection: Selecti
     if isinstance(src, JournalSource):
         key = src.mark_key(selection)
         mark = store.get_mark(con, key) if key else None
-        src.resume(mark[1] if mark else None, CONTEXT_RECORDS)
+        src.resume(mark[1] if mark else None, batches.CONTEXT_RECORDS)
         return
     if not isinstance(src, PlainFileSource):
         return
@@ -159,7 +159,7 @@ def _plan_resume(con: duckdb.DuckDBPyConnection, src: Source, selection: Selecti
         src.resume(None, store.stored_count(con, src.key))
     elif src.compressed or size >= upto:
         # A gzip file's raw size says nothing of its stream's length: it may resume past the end.
-        start, unread = store.resume_point(con, src.key, upto, CONTEXT_RECORDS)
+        start, unread = store.resume_point(con, src.key, upto, batches.CONTEXT_RECORDS)
         src.resume(start, unread)
     # Else the file shrank (rewritten, same head): read it whole.
 
@@ -289,7 +289,6 @@ def _ingest(
     context = Context()
     next_id = store.next_line_id(con)
     status = "interrupted"
-    from pdforensics.ingest_jobs import collection_plan, read_collection  # it builds on this module
 
     batch_size, progress, mirror = run.batch_size, run.progress, run.mirror
     read = selection.reading()  # the window and the context before it

@@ -434,10 +434,9 @@ def test_a_grown_journal_resumes_near_its_mark_and_equals_a_clean_run(
     selection: Selection,
 ) -> None:
     import pdforensics.batches as batches_module
-    import pdforensics.ingest as ingest_module
 
-    monkeypatch.setattr(ingest_module, "CONTEXT_RECORDS", 50)  # where a resume starts reading
-    monkeypatch.setattr(batches_module, "CONTEXT_RECORDS", 50)  # what a batch keeps as context
+    # where a resume starts reading, and what a batch keeps as context: one number
+    monkeypatch.setattr(batches_module, "CONTEXT_RECORDS", 50)
     part_a, part_b = _journal_parts(fixture)
     path = make_journal(part_a, "grown.journal")
     db = tmp_path / "j.duckdb"
