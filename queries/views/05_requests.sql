@@ -71,7 +71,8 @@ decode_hosts AS MATERIALIZED (SELECT DISTINCT host FROM (SELECT unnest(decode_ev
 prefill_incarnations AS MATERIALIZED (
     SELECT x.start_t FROM (SELECT unnest(incarnations, recursive := true) FROM c) AS x WHERE x.engine = 'prefill'
 ),
-ig AS MATERIALIZED (SELECT host, t_us, queue_req FROM inflight_gauge),
+-- the gauge's columns these rules read, once (every reference to a view plans it again)
+ig AS MATERIALIZED (SELECT host, dp_rank, t_us, queue_req, floor, bootstrap_req FROM inflight_gauge),
 -- every request, computed once (room_facts is the heavy step: one aggregate over the room lines)
 -- A request the decode received, that no prefill line names although a prefill logs its requests
 -- (L1): its prefill lines are missing, so the prefill may hold it unseen. One the decode finished
@@ -205,7 +206,7 @@ drain AS (
 ),
 -- every queue of one DP rank of a prefill seen empty (a batch line): a request that rank held had left
 empties AS MATERIALIZED (
-    SELECT host, dp_rank, t_us FROM inflight_gauge WHERE pdf_nothing_held(floor, bootstrap_req, queue_req)
+    SELECT host, dp_rank, t_us FROM ig WHERE pdf_nothing_held(floor, bootstrap_req, queue_req)
 ),
 prefill_gone AS (
     SELECT h.bootstrap_room, h.holder, min(x.gone_t) AS gone_t
@@ -240,7 +241,7 @@ left_by AS (
     FROM (
         SELECT t.bootstrap_room, t.holder, t.host, k.dp_rank, coalesce(t.pin_start, t.p_recv) + 1000000 AS after_t
         FROM timed AS t
-        JOIN (SELECT DISTINCT host, dp_rank FROM inflight_gauge) AS k ON k.host = t.host
+        JOIN (SELECT DISTINCT host, dp_rank FROM ig) AS k ON k.host = t.host
         WHERE t.last_empty_t IS NOT NULL
     ) AS r
     ASOF LEFT JOIN empties AS e ON e.host = r.host AND e.dp_rank = r.dp_rank AND e.t_us > r.after_t
@@ -266,38 +267,41 @@ hidden_by AS (
     GROUP BY t.bootstrap_room, t.holder
 ),
 po AS MATERIALIZED (
-    SELECT t.bootstrap_room, t.holder, t.host AS p_host_eff, t.pin_start, t.pin_start + t.stuck_us AS deadline, t.obs_end,
-        t.gone_t AS p_gone_t, coalesce(lb.left_by_t, t.last_empty_t) AS p_left_by_t, hb.hole_ids,
-        CASE
-            -- no prefill line in the window, or several prefill hosts and no line says which holds it
-            -- (past its deadline: a younger one is `young`, whoever holds it)
-            WHEN (t.n_prefill_hosts = 0 OR t.host IS NULL)
-                 AND NOT coalesce(t.pin_start + t.stuck_us > t.obs_end, false) THEN 'no_prefill'
-            WHEN t.pin_start IS NOT NULL AND t.gone_t IS NOT NULL AND t.pin_start + t.stuck_us > t.gone_t THEN 'gone'
-            WHEN t.pin_start IS NULL AND t.gone_t IS NOT NULL AND t.open_start + t.stuck_us > t.gone_t THEN 'gone'
-            -- the moment its deadline passed is in a hole: whatever a later gauge shows, its end
-            -- (a normal finish, or the watchdog's line) may be in there
-            WHEN hb.over_deadline THEN 'hidden'
-            -- a second of margin: the batch that scheduled it is excluded from its own sample's floor
-            -- it left unseen; when the queues were first seen empty only once the watchdog could
-            -- have fired (a second before the timeout, 1-s prefixes), it may have been held to its
-            -- deadline (its end, perhaps the watchdog's line, is missing); with the timeout unknown
-            -- the default's deadline (the verdict's rule on unknown timeouts covers shorter ones)
-            WHEN t.last_empty_t > coalesce(t.pin_start, t.p_recv) + 1000000
-                THEN CASE WHEN t.pin_start IS NOT NULL
-                           AND NOT coalesce(lb.left_by_t <= t.pin_start
-                                   + CASE WHEN t.timeout_unknown THEN t.stuck_us ELSE t.timeout_us - 1000000 END, false)
-                          THEN 'released_late' ELSE 'released' END
-            WHEN t.pin_start IS NULL
-                THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
-            WHEN t.pin_start + t.stuck_us > t.obs_end THEN 'young'
-            WHEN hb.hole_to_t IS NOT NULL AND NOT coalesce(t.last_sample_t >= hb.hole_to_t + t.stuck_us, false) THEN 'hidden'
-            WHEN t.finished_unnamed THEN 'unnamed'
-            ELSE 'pinned'
-        END AS status
-    FROM timed AS t
-    LEFT JOIN hidden_by AS hb USING (bootstrap_room, holder)
-    LEFT JOIN left_by AS lb USING (bootstrap_room, holder)
+    -- left_unseen: it left the prefill with no line of its own (its queues were later seen empty)
+    SELECT *, status IN ('released', 'released_late') AS left_unseen FROM (
+        SELECT t.bootstrap_room, t.holder, t.host AS p_host_eff, t.pin_start, t.pin_start + t.stuck_us AS deadline, t.obs_end,
+            t.gone_t AS p_gone_t, coalesce(lb.left_by_t, t.last_empty_t) AS p_left_by_t, hb.hole_ids,
+            CASE
+                -- no prefill line in the window, or several prefill hosts and no line says which holds it
+                -- (past its deadline: a younger one is `young`, whoever holds it)
+                WHEN (t.n_prefill_hosts = 0 OR t.host IS NULL)
+                     AND NOT coalesce(t.pin_start + t.stuck_us > t.obs_end, false) THEN 'no_prefill'
+                WHEN t.pin_start IS NOT NULL AND t.gone_t IS NOT NULL AND t.pin_start + t.stuck_us > t.gone_t THEN 'gone'
+                WHEN t.pin_start IS NULL AND t.gone_t IS NOT NULL AND t.open_start + t.stuck_us > t.gone_t THEN 'gone'
+                -- the moment its deadline passed is in a hole: whatever a later gauge shows, its end
+                -- (a normal finish, or the watchdog's line) may be in there
+                WHEN hb.over_deadline THEN 'hidden'
+                -- a second of margin: the batch that scheduled it is excluded from its own sample's floor
+                -- it left unseen; when the queues were first seen empty only once the watchdog could
+                -- have fired (a second before the timeout, 1-s prefixes), it may have been held to its
+                -- deadline (its end, perhaps the watchdog's line, is missing); with the timeout unknown
+                -- the default's deadline (the verdict's rule on unknown timeouts covers shorter ones)
+                WHEN t.last_empty_t > coalesce(t.pin_start, t.p_recv) + 1000000
+                    THEN CASE WHEN t.pin_start IS NOT NULL
+                               AND NOT coalesce(lb.left_by_t <= t.pin_start
+                                       + CASE WHEN t.timeout_unknown THEN t.stuck_us ELSE t.timeout_us - 1000000 END, false)
+                              THEN 'released_late' ELSE 'released' END
+                WHEN t.pin_start IS NULL
+                    THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
+                WHEN t.pin_start + t.stuck_us > t.obs_end THEN 'young'
+                WHEN hb.hole_to_t IS NOT NULL AND NOT coalesce(t.last_sample_t >= hb.hole_to_t + t.stuck_us, false) THEN 'hidden'
+                WHEN t.finished_unnamed THEN 'unnamed'
+                ELSE 'pinned'
+            END AS status
+        FROM timed AS t
+        LEFT JOIN hidden_by AS hb USING (bootstrap_room, holder)
+        LEFT JOIN left_by AS lb USING (bootstrap_room, holder)
+    ) AS judged
 ),
 decode_gone AS MATERIALIZED (
     -- decode-held (the prefill is done with it, or never saw it) and its decode incarnation ended
@@ -316,8 +320,9 @@ decode_gone AS MATERIALIZED (
 -- (a pass over rs with two small joins): `across` reads a narrow slice, `classed` the whole row.
 held AS NOT MATERIALIZED (
     SELECT b.*, o.p_host_eff, o.status, o.p_gone_t, o.p_left_by_t, dg.d_gone_t, o.pin_start, o.deadline, o.hole_ids,
+        coalesce(o.left_unseen, false) AS left_unseen,
         CASE
-            WHEN b.prefill_may_hold AND o.status NOT IN ('gone', 'released', 'released_late') THEN 'prefill'
+            WHEN b.prefill_may_hold AND o.status <> 'gone' AND NOT o.left_unseen THEN 'prefill'
             WHEN NOT b.prefill_may_hold AND b.d_end IS NULL AND NOT b.d_completed AND b.decode_side_only
                  AND (b.d_first IS NOT NULL OR c.decode_logged) AND dg.d_gone_t IS NULL THEN 'decode'
         END AS holder_at_end,
@@ -406,7 +411,7 @@ SELECT
     CASE
         WHEN NOT abort_race THEN NULL
         WHEN class = 'silent_pin' THEN 'pinned'
-        WHEN p_end IS NOT NULL OR status IN ('released', 'released_late') THEN 'released'
+        WHEN p_end IS NOT NULL OR left_unseen THEN 'released'
         WHEN status = 'gone' THEN 'gone with the prefill'
         ELSE 'open'
     END AS abort_race_outcome,
@@ -415,7 +420,7 @@ SELECT
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN wd_dwell_s
         -- it left the queue unseen, somewhere before the queues were seen empty: no honest number
-        WHEN status IN ('released', 'released_late') THEN NULL
+        WHEN left_unseen THEN NULL
         -- the line's own time may be truncated to the second (plain files): never below 0
         -- held: a hold ends at its holder's end, the holder's death or the window end, never at
         -- the holder's last line (a pin judged against the window end is held that long)
@@ -429,7 +434,7 @@ SELECT
     END AS dwell_s,
     CASE
         WHEN class = 'watchdog_fired' AND wd_dwell_s IS NOT NULL THEN 'watchdog line'
-        WHEN status IN ('released', 'released_late') THEN NULL
+        WHEN left_unseen THEN NULL
         WHEN p_inflight_entry IS NOT NULL THEN 'time stats (inflight entry)'
         WHEN p_recv_open IS NOT NULL THEN 'prefill Receive (upper bound)'
         WHEN prefill_may_hold AND pin_start IS NOT NULL AND coalesce(p_host, p_host_eff) IS NOT NULL THEN 'decode handshake done (lower bound)'
@@ -488,7 +493,7 @@ SELECT
     END AS abort_evidence,
     p_gone_t, d_gone_t, hole_ids,
     -- it left the prefill unseen: by this sample (every queue of its prefill seen empty since) it had left
-    CASE WHEN status IN ('released', 'released_late') THEN p_left_by_t END AS released_by_t
+    CASE WHEN left_unseen THEN p_left_by_t END AS released_by_t
 FROM classed
 -- judged: what lives in the window (its last sign, or still open, at or after the window start)
 WHERE coalesce(life_end, (SELECT end_t FROM c)) >= (SELECT start_t FROM c) OR holder_at_end IS NOT NULL;

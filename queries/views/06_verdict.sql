@@ -40,6 +40,9 @@ restarts AS MATERIALIZED (
 engines AS MATERIALIZED (SELECT unnest(engine_coverage, recursive := true) FROM c),
 tp AS (SELECT unnest(prefill_tp_ranks, recursive := true) FROM c),
 ig AS MATERIALIZED (SELECT host, dp_rank, tp_rank, incarnation, t_us, floor, inflight_req FROM inflight_gauge),
+-- the metrics' views, each planned once
+metric_only AS MATERIALIZED (SELECT * FROM metric_only_prefills),
+metric_scrapes AS MATERIALIZED (SELECT host, series, t_us, step_us FROM metric_inflight),
 
 counts AS MATERIALIZED (
     -- a few groups first, then their sums: one aggregate over every request instead of twelve
@@ -710,7 +713,7 @@ reasons AS MATERIALIZED (
     WHERE NOT f.stepped AND f.n > 0
     UNION ALL
     SELECT 34, 'undecided',
-        CASE WHEN c.data_end_us IS NULL AND stored.n = 0 AND EXISTS (SELECT 1 FROM metric_only_prefills)
+        CASE WHEN c.data_end_us IS NULL AND stored.n = 0 AND EXISTS (SELECT 1 FROM metric_only)
             THEN 'no log lines in the window: the database holds Prometheus samples only (the journal rotated away, or was not ingested); what the gauges alone show is below'
             WHEN c.data_end_us IS NULL AND stored.n = 0
             THEN 'no lines in the window: the database holds no line (nothing was ingested: check --unit / --since / journal access)'
@@ -782,12 +785,12 @@ reasons AS MATERIALIZED (
                              at_least, held_us / 1e6, pdf_ts(held_from))
                  WHEN peak >= 1 THEN format('nothing held past the timeout + grace (peak {:.0f})', peak)
                  ELSE 'the gauge read 0 throughout' END)
-    FROM metric_only_prefills
+    FROM metric_only
     UNION ALL
     SELECT 46, 'evidence',
         format('metrics beside the logs: {} scrape(s) of the inflight gauge of {} (every {:.0f} s, the resolution of what they show; docs/prometheus.md)',
             count(*), string_agg(DISTINCT CASE WHEN host = '' THEN 'the prefill' ELSE host END, ', '), median(step_us) / 1e6)
-    FROM metric_inflight
+    FROM metric_scrapes
     HAVING count(*) > 0
     UNION ALL
     SELECT 45, 'evidence',
@@ -898,5 +901,5 @@ SELECT
     (SELECT list(x ORDER BY x.host) FROM (
         SELECT host, count(DISTINCT series) AS series, count(*) AS scrapes, median(step_us) AS interval_us,
             min(t_us) AS first_t, max(t_us) AS last_t
-        FROM metric_inflight GROUP BY host) AS x) AS metric_observed
+        FROM metric_scrapes GROUP BY host) AS x) AS metric_observed
 FROM c, counts, flags AS f, vd;

@@ -47,8 +47,11 @@ WHERE
 CREATE OR REPLACE TEMPORARY VIEW requests__ig AS
 SELECT
   host,
+  dp_rank,
   t_us,
-  queue_req
+  queue_req,
+  floor,
+  bootstrap_req
 FROM inflight_gauge;
 
 CREATE OR REPLACE TEMPORARY VIEW requests__room_rows AS
@@ -297,7 +300,7 @@ SELECT
   host,
   dp_rank,
   t_us
-FROM inflight_gauge
+FROM requests__ig AS ig
 WHERE
   (
     floor
@@ -420,7 +423,7 @@ WITH left_by AS (
       SELECT DISTINCT
         host,
         dp_rank
-      FROM inflight_gauge
+      FROM requests__ig AS ig
     ) AS k
       ON k.host = t.host
     WHERE
@@ -478,58 +481,64 @@ WITH left_by AS (
     t.bootstrap_room,
     t.holder
 )
+/* left_unseen: it left the prefill with no line of its own (its queues were later seen empty) */
 SELECT
-  t.bootstrap_room,
-  t.holder,
-  t.host AS p_host_eff,
-  t.pin_start,
-  t.pin_start + t.stuck_us AS deadline,
-  t.obs_end,
-  t.gone_t AS p_gone_t,
-  COALESCE(lb.left_by_t, t.last_empty_t) AS p_left_by_t,
-  hb.hole_ids,
-  CASE
-    WHEN (
-      t.n_prefill_hosts = 0 OR t.host IS NULL
-    )
-    AND NOT COALESCE(t.pin_start + t.stuck_us > t.obs_end, FALSE)
-    THEN 'no_prefill'
-    WHEN NOT t.pin_start IS NULL
-    AND NOT t.gone_t IS NULL
-    AND t.pin_start + t.stuck_us > t.gone_t
-    THEN 'gone'
-    WHEN t.pin_start IS NULL
-    AND NOT t.gone_t IS NULL
-    AND t.open_start + t.stuck_us > t.gone_t
-    THEN 'gone'
-    WHEN hb.over_deadline
-    THEN 'hidden'
-    WHEN t.last_empty_t > COALESCE(t.pin_start, t.p_recv) + 1000000
-    THEN CASE
-      WHEN NOT t.pin_start IS NULL
-      AND NOT COALESCE(
-        lb.left_by_t <= t.pin_start + CASE WHEN t.timeout_unknown THEN t.stuck_us ELSE t.timeout_us - 1000000 END,
-        FALSE
+  *,
+  status IN ('released', 'released_late') AS left_unseen
+FROM (
+  SELECT
+    t.bootstrap_room,
+    t.holder,
+    t.host AS p_host_eff,
+    t.pin_start,
+    t.pin_start + t.stuck_us AS deadline,
+    t.obs_end,
+    t.gone_t AS p_gone_t,
+    COALESCE(lb.left_by_t, t.last_empty_t) AS p_left_by_t,
+    hb.hole_ids,
+    CASE
+      WHEN (
+        t.n_prefill_hosts = 0 OR t.host IS NULL
       )
-      THEN 'released_late'
-      ELSE 'released'
-    END
-    WHEN t.pin_start IS NULL
-    THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
-    WHEN t.pin_start + t.stuck_us > t.obs_end
-    THEN 'young'
-    WHEN NOT hb.hole_to_t IS NULL
-    AND NOT COALESCE(t.last_sample_t >= hb.hole_to_t + t.stuck_us, FALSE)
-    THEN 'hidden'
-    WHEN t.finished_unnamed
-    THEN 'unnamed'
-    ELSE 'pinned'
-  END AS status
-FROM requests__timed AS t
-LEFT JOIN hidden_by AS hb
-  USING (bootstrap_room, holder)
-LEFT JOIN left_by AS lb
-  USING (bootstrap_room, holder);
+      AND NOT COALESCE(t.pin_start + t.stuck_us > t.obs_end, FALSE)
+      THEN 'no_prefill'
+      WHEN NOT t.pin_start IS NULL
+      AND NOT t.gone_t IS NULL
+      AND t.pin_start + t.stuck_us > t.gone_t
+      THEN 'gone'
+      WHEN t.pin_start IS NULL
+      AND NOT t.gone_t IS NULL
+      AND t.open_start + t.stuck_us > t.gone_t
+      THEN 'gone'
+      WHEN hb.over_deadline
+      THEN 'hidden'
+      WHEN t.last_empty_t > COALESCE(t.pin_start, t.p_recv) + 1000000
+      THEN CASE
+        WHEN NOT t.pin_start IS NULL
+        AND NOT COALESCE(
+          lb.left_by_t <= t.pin_start + CASE WHEN t.timeout_unknown THEN t.stuck_us ELSE t.timeout_us - 1000000 END,
+          FALSE
+        )
+        THEN 'released_late'
+        ELSE 'released'
+      END
+      WHEN t.pin_start IS NULL
+      THEN CASE WHEN t.obs_end - t.p_recv > t.stuck_us THEN 'waiting_queue' ELSE 'young' END
+      WHEN t.pin_start + t.stuck_us > t.obs_end
+      THEN 'young'
+      WHEN NOT hb.hole_to_t IS NULL
+      AND NOT COALESCE(t.last_sample_t >= hb.hole_to_t + t.stuck_us, FALSE)
+      THEN 'hidden'
+      WHEN t.finished_unnamed
+      THEN 'unnamed'
+      ELSE 'pinned'
+    END AS status
+  FROM requests__timed AS t
+  LEFT JOIN hidden_by AS hb
+    USING (bootstrap_room, holder)
+  LEFT JOIN left_by AS lb
+    USING (bootstrap_room, holder)
+) AS judged;
 
 CREATE OR REPLACE TEMPORARY VIEW requests__decode_gone AS
 WITH rs /* a projection of the materialised rows, inlined where it is read */ AS (
@@ -786,8 +795,9 @@ WITH rs /* a projection of the materialised rows, inlined where it is read */ AS
     o.pin_start,
     o.deadline,
     o.hole_ids,
+    COALESCE(o.left_unseen, FALSE) AS left_unseen,
     CASE
-      WHEN b.prefill_may_hold AND NOT o.status IN ('gone', 'released', 'released_late')
+      WHEN b.prefill_may_hold AND o.status <> 'gone' AND NOT o.left_unseen
       THEN 'prefill'
       WHEN NOT b.prefill_may_hold
       AND b.d_end IS NULL
@@ -932,7 +942,7 @@ SELECT
     THEN NULL
     WHEN class = 'silent_pin'
     THEN 'pinned'
-    WHEN NOT p_end IS NULL OR status IN ('released', 'released_late')
+    WHEN NOT p_end IS NULL OR left_unseen
     THEN 'released'
     WHEN status = 'gone'
     THEN 'gone with the prefill'
@@ -943,7 +953,7 @@ SELECT
   CASE
     WHEN class = 'watchdog_fired' AND NOT wd_dwell_s IS NULL
     THEN wd_dwell_s
-    WHEN status IN ('released', 'released_late')
+    WHEN left_unseen
     THEN NULL
     WHEN NOT p_inflight_entry IS NULL
     THEN GREATEST(COALESCE(p_end, GREATEST(open_until, p_inflight_entry)) - p_inflight_entry, 0) / 1e6
@@ -961,7 +971,7 @@ SELECT
   CASE
     WHEN class = 'watchdog_fired' AND NOT wd_dwell_s IS NULL
     THEN 'watchdog line'
-    WHEN status IN ('released', 'released_late')
+    WHEN left_unseen
     THEN NULL
     WHEN NOT p_inflight_entry IS NULL
     THEN 'time stats (inflight entry)'
@@ -1057,7 +1067,7 @@ SELECT
   p_gone_t,
   d_gone_t,
   hole_ids,
-  CASE WHEN status IN ('released', 'released_late') THEN p_left_by_t END AS released_by_t /* it left the prefill unseen: by this sample (every queue of its prefill seen empty since) it had left */
+  CASE WHEN left_unseen THEN p_left_by_t END AS released_by_t /* it left the prefill unseen: by this sample (every queue of its prefill seen empty since) it had left */
 FROM classed
 /* judged: what lives in the window (its last sign, or still open, at or after the window start) */
 WHERE

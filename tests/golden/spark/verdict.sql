@@ -104,6 +104,19 @@ SELECT
   inflight_req
 FROM inflight_gauge;
 
+CREATE OR REPLACE TEMPORARY VIEW verdict__metric_only AS
+SELECT
+  *
+FROM metric_only_prefills;
+
+CREATE OR REPLACE TEMPORARY VIEW verdict__metric_scrapes AS
+SELECT
+  host,
+  series,
+  t_us,
+  step_us
+FROM metric_inflight;
+
 CREATE OR REPLACE TEMPORARY VIEW verdict__counts AS
 /* a few groups first, then their sums: one aggregate over every request instead of twelve */
 SELECT
@@ -2234,7 +2247,7 @@ SELECT
     AND EXISTS(
       SELECT
         1
-      FROM metric_only_prefills
+      FROM verdict__metric_only AS metric_only
     )
     THEN 'no log lines in the window: the database holds Prometheus samples only (the journal rotated away, or was not ingested); what the gauges alone show is below'
     WHEN c.data_end_us IS NULL AND stored.n = 0
@@ -2609,7 +2622,7 @@ SELECT
     END AS STRING),
     '; SGLang sets that gauge only with a batch line, or every 30 s while fully idle, so a 0 is the last count, not the queue since: metrics alone never earn nothing_stuck (docs/prometheus.md)'
   )
-FROM metric_only_prefills
+FROM verdict__metric_only AS metric_only
 UNION ALL
 SELECT
   46,
@@ -2623,7 +2636,7 @@ SELECT
     FORMAT_STRING('%.0f', BROUND(MEDIAN(step_us) / 1e6, 0)),
     ' s, the resolution of what they show; docs/prometheus.md)'
   )
-FROM metric_inflight
+FROM verdict__metric_scrapes AS metric_scrapes
 HAVING
   COUNT(*) > 0
 UNION ALL
@@ -4635,7 +4648,7 @@ SELECT
         MEDIAN(step_us) AS interval_us,
         MIN(t_us) AS first_t,
         MAX(t_us) AS last_t
-      FROM metric_inflight
+      FROM verdict__metric_scrapes AS metric_scrapes
       GROUP BY
         host
     ) AS x
