@@ -39,8 +39,8 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from pdforensics import store
-from pdforensics.batches import CONTEXT_RECORDS, Context, Prepared, coalesce, prepare_batch
+from pdforensics import batches, store
+from pdforensics.batches import Context, Prepared, coalesce, prepare_batch
 from pdforensics.errors import SourceError
 from pdforensics.parse import Parsed, ParseOptions, StreamCarry, parse_records
 from pdforensics.schema import empty_records
@@ -501,7 +501,7 @@ def _run_task(
 ) -> None:
     src = JournalSource("files", task.files, force_journalctl=journalctl)
     src.label = task.label  # the lines' `source` is the directory's, whatever the jobs
-    src.resume(task.resume, CONTEXT_RECORDS)
+    src.resume(task.resume, batches.CONTEXT_RECORDS)
     stored = _frame(task.stored)
     carry, context = StreamCarry(), Context()
     die_after = int(os.environ.get(_DIE_AFTER_ENV, "0") or 0) if task.attempt == 0 else 0
