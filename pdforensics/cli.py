@@ -21,6 +21,7 @@ import typer
 from typer._click import exceptions as click  # typer 0.29 vendors click; pinned <0.30
 from typer.core import TyperGroup
 
+from pdforensics.cli_coercion import plain_coercion
 from pdforensics.errors import (
     DatabaseError,
     OutputError,
@@ -63,6 +64,18 @@ class _OneLineErrors(TyperGroup):
             _err(INTERRUPTED)
             sys.exit(interrupt_exit_code())
         sys.exit(code if isinstance(code, int) else 0)
+
+    # typer would build a pydantic adapter per option of the command run (pdforensics.cli_coercion)
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        plain_coercion([*self.params, option])
+        return option
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            plain_coercion([*command.params, command.get_help_option(ctx)])
+        return name, command, rest
 
 
 app = typer.Typer(
