@@ -71,9 +71,10 @@ if RuntimeParam is not None:
         path: bool
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            items = list(value) if self.many and isinstance(value, list | tuple) else [value]
-            got = [self.leaf(v) for v in items]
-            if any(g is _NOT_PLAIN for g in got) or (self.many and not isinstance(value, list | tuple)):
+            if self.many and not isinstance(value, list | tuple):
+                return self._typers(param)._coerce_value(value, param=param, ctx=ctx)
+            got = [self.leaf(v) for v in (value if self.many else [value])]
+            if any(g is _NOT_PLAIN for g in got):
                 return self._typers(param)._coerce_value(value, param=param, ctx=ctx)
             if self.path:  # typer's checks of a path (readable when it exists), given a Path
                 got = [
@@ -86,13 +87,9 @@ if RuntimeParam is not None:
             return build_runtime_param(param.type_descriptor)
 
 
-def _default_info() -> Any:
-    return ParameterInfo()
-
-
 def _plain_leaf(annotation: Any, info: Any) -> tuple[Callable[[Any], Any], bool, bool] | None:
     """(leaf, many, path) for an option this module converts, None for one typer keeps."""
-    default = _default_info()
+    default = ParameterInfo()
     if any(getattr(info, k, None) != getattr(default, k, None) for k in _CONSTRAINTS):
         return None
     many = get_origin(annotation) is list
@@ -103,12 +100,11 @@ def _plain_leaf(annotation: Any, info: Any) -> tuple[Callable[[Any], Any], bool,
     return leaf, many, leaf_type is Path
 
 
-def plain_coercion(params: Iterable[Any]) -> int:
-    """Give each plain option of `params` (click parameters typer made) the direct conversion;
-    returns how many it was given to."""
+def plain_coercion(params: Iterable[Any]) -> None:
+    """Give each plain option of `params` (click parameters typer made; None skipped) the direct
+    conversion."""
     if RuntimeParam is None:
-        return 0
-    done = 0
+        return
     for param in params:
         if param is None:
             continue
@@ -128,5 +124,3 @@ def plain_coercion(params: Iterable[Any]) -> int:
             many=many,
             path=path,
         )
-        done += 1
-    return done
