@@ -49,6 +49,8 @@ from pathlib import Path
 
 import duckdb
 
+from pdforensics.store import sql_string
+
 # Bump when what a part holds changes in a way the digested files do not show.
 FORMAT = 1
 ENV = "PDFORENSICS_CACHE"  # "off" (or 0/no/false): never read or write judgements
@@ -121,7 +123,7 @@ class Entry:
             return None
         alias = f"pdf_judged_{part}_{self.key.replace('-', '_')}"
         try:
-            con.execute(f"ATTACH IF NOT EXISTS {sql_literal(self.path(part))} AS {alias} (READ_ONLY)")
+            con.execute(f"ATTACH IF NOT EXISTS {sql_string(self.path(part))} AS {alias} (READ_ONLY)")
             row = con.execute(f"SELECT max(key) FROM {alias}.{SCHEMA}.{ENTRY_TABLE}").fetchone()
         except duckdb.Error:
             row = None
@@ -197,10 +199,6 @@ def _content_sql(catalog: str) -> str:
          FROM {c}.meta AS m)"""
 
 
-def sql_literal(path: Path) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
-
-
 @contextmanager
 def writing(con: duckdb.DuckDBPyConnection, at: Entry, part: str) -> Iterator[str | None]:
     """A fresh catalog to create the part's tables in (schema `judged`; any cursor of `con` may
@@ -223,7 +221,7 @@ def _writing(con: duckdb.DuckDBPyConnection, final: Path, label: str) -> Iterato
         # no WAL: the rows are written once, at the checkpoint DETACH makes (-13 % CPU at 1M
         # requests), and a file a crash leaves half-written is never renamed into place
         con.execute(
-            f"ATTACH {sql_literal(tmp)} AS {alias} (READ_WRITE, BLOCK_SIZE 16384, RECOVERY_MODE no_wal_writes)"
+            f"ATTACH {sql_string(tmp)} AS {alias} (READ_WRITE, BLOCK_SIZE 16384, RECOVERY_MODE no_wal_writes)"
         )
     except (OSError, duckdb.Error):
         _remove(tmp)

@@ -29,6 +29,7 @@ from pathlib import Path
 import duckdb
 
 from pdforensics.errors import OutputError, is_interrupt
+from pdforensics.store import sql_string
 
 PARTITIONED = ("lines", "events")
 PARTITION_COLUMNS = ("pdf_host", "pdf_hour")
@@ -48,10 +49,6 @@ _HOUR = f"coalesce(strftime(make_timestamp(ts_us), '%Y-%m-%dT%H'), '{NULL_VALUE}
 def hive_escape(value: str) -> str:
     """A partition value as Hive writes it in a directory name."""
     return "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPED else c for c in value)
-
-
-def _literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 class ParquetMirror:
@@ -112,7 +109,9 @@ class ParquetMirror:
             tmp = out.with_name(".part-0.parquet.tmp")
             with self._writing(tmp):
                 out.parent.mkdir(parents=True, exist_ok=True)
-                con.execute(f"COPY (SELECT * FROM {_ident(table)}) TO {_literal(str(tmp))} (FORMAT parquet)")
+                con.execute(
+                    f"COPY (SELECT * FROM {_ident(table)}) TO {sql_string(str(tmp))} (FORMAT parquet)"
+                )
                 os.replace(tmp, out)
 
     # -- parts ------------------------------------------------------------------------------------------
@@ -135,8 +134,8 @@ class ParquetMirror:
                 with self._writing(tmp):
                     d.mkdir(parents=True, exist_ok=True)
                     con.execute(
-                        f"COPY (SELECT * FROM {table} WHERE {scope} AND {_HOST} = {_literal(host)} "
-                        f"AND {_HOUR} = {_literal(hour)} ORDER BY line_id) TO {_literal(str(tmp))} (FORMAT parquet, ROW_GROUP_SIZE {PART_ROW_GROUP})"
+                        f"COPY (SELECT * FROM {table} WHERE {scope} AND {_HOST} = {sql_string(host)} "
+                        f"AND {_HOUR} = {sql_string(hour)} ORDER BY line_id) TO {sql_string(str(tmp))} (FORMAT parquet, ROW_GROUP_SIZE {PART_ROW_GROUP})"
                     )
                     os.replace(tmp, d / name)
         con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [f"{self.key}{ingest_id}-{lo}", str(hi)])
@@ -155,7 +154,7 @@ class ParquetMirror:
         """A predicate on `line_id`: inside a recorded part."""
         return (
             "EXISTS (SELECT 1 FROM meta m WHERE starts_with(m.key, "
-            f"{_literal(self.key)}) AND line_id BETWEEN "
+            f"{sql_string(self.key)}) AND line_id BETWEEN "
             f"CAST(split_part(substr(m.key, {len(self.key) + 1}), '-', 2) AS BIGINT) AND CAST(m.value AS BIGINT))"
         )
 
@@ -217,8 +216,8 @@ def table_sql(root: Path, table: str) -> str:
         raise FileNotFoundError(f"{root}: no Parquet files for table {table!r}")
     if table in PARTITIONED:
         cols = ", ".join(PARTITION_COLUMNS)
-        return f"SELECT * EXCLUDE ({cols}) FROM read_parquet({_literal(glob)}, hive_partitioning = true)"
-    return f"SELECT * FROM read_parquet({_literal(glob)})"
+        return f"SELECT * EXCLUDE ({cols}) FROM read_parquet({sql_string(glob)}, hive_partitioning = true)"
+    return f"SELECT * FROM read_parquet({sql_string(glob)})"
 
 
 def read_table(con: duckdb.DuckDBPyConnection, root: Path, table: str) -> duckdb.DuckDBPyRelation:

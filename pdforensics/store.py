@@ -573,6 +573,11 @@ def setting(con: duckdb.DuckDBPyConnection, name: str, value: str) -> Iterator[N
 def _sql_literal(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    return sql_string(value)
+
+
+def sql_string(value: object) -> str:
+    """`value` as an SQL string literal (a path in COPY or ATTACH, a setting's value)."""
     return "'" + str(value).replace("'", "''") + "'"
 
 

@@ -225,7 +225,7 @@ def _use_overlay(con: duckdb.DuckDBPyConnection) -> None:
         kept = judgement.kept_views(con, data, views_digest(), functools.partial(_install_overlay, con, data))
         try:
             con.execute(
-                f"ATTACH {judgement.sql_literal(kept)} AS {OVERLAY} (READ_ONLY)"
+                f"ATTACH {store.sql_string(kept)} AS {OVERLAY} (READ_ONLY)"
                 if kept is not None
                 else f"ATTACH ':memory:' AS {OVERLAY} (READ_WRITE)"
             )

@@ -230,6 +230,26 @@ def test_dash_h_is_help_and_version_prints_the_version() -> None:
         assert out.code == 0 and out.stdout.strip() == f"pdforensics {__version__}"
 
 
+def test_a_run_builds_only_its_command_and_it_is_the_whole_apps() -> None:
+    """`main` gives typer the app with the one command argv names (cli.app_for): the same command,
+    help for help, and the whole app for anything else (no command, -h, a misspelt one)."""
+    import typer
+
+    from pdforensics.cli import app, app_for
+
+    whole = typer.main.get_command(app)
+    for name in COMMANDS:
+        lean = typer.main.get_command(app_for([name, "--db", "x"]))
+        assert list(lean.commands) == [name]  # type: ignore[attr-defined]
+        mine, theirs = lean.commands[name], whole.commands[name]  # type: ignore[attr-defined]
+        ctx = typer.Context(mine, info_name=name)
+        assert mine.get_help(ctx) == theirs.get_help(typer.Context(theirs, info_name=name))
+        assert [p.opts for p in mine.params] == [p.opts for p in theirs.params]
+    for argv in ([], ["-h"], ["--version"], ["verdikt"], ["--db", "verdict"]):
+        assert app_for(argv) is app
+    assert set(whole.commands) == set(COMMANDS) | {"compare"}  # type: ignore[attr-defined]
+
+
 def _option_help(command: str) -> dict[str, str]:
     """Each option's help record of a command, as click renders it."""
     import typer

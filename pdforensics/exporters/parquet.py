@@ -13,10 +13,7 @@ from pathlib import Path
 import duckdb
 
 from pdforensics.exporters.common import relations
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+from pdforensics.store import sql_string
 
 
 def session_variables(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
@@ -26,9 +23,9 @@ def session_variables(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
 
 def export(con: duckdb.DuckDBPyConnection, out: Path) -> Path:
     out.mkdir(exist_ok=True)
-    variables = _literal(json.dumps(session_variables(con), sort_keys=True))
+    variables = sql_string(json.dumps(session_variables(con), sort_keys=True))
     for name, kind in relations(con):
-        target = _literal(str(out / f"{name}.parquet"))
+        target = sql_string(str(out / f"{name}.parquet"))
         con.execute(
             f'COPY (FROM "{name}") TO {target} (FORMAT parquet, COMPRESSION zstd, '
             f"KV_METADATA {{pdforensics_kind: '{kind}', pdforensics_variables: {variables}}})"
