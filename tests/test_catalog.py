@@ -357,3 +357,31 @@ def test_constant_fields_are_known_text_values() -> None:
                 assert value in TIMEOUT_KINDS, (entry.name, value)
                 # an upstream timeout is never the operator's watchdog
                 assert entry.event not in ("watchdog_fired", "decode_watchdog_fired"), entry.name
+
+
+def test_a_catalog_file_is_read_once_while_it_stays_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read and checked once per process (the bundled file's checks cost ~0.13 s an ingest); a file
+    written again is read again."""
+    import os
+
+    import pdforensics.catalog as catalog
+
+    path = _write(tmp_path, GOOD)
+    first = catalog.read_catalog_file(path)
+    bundled = catalog.read_catalog_file(catalog.BUNDLED)
+
+    def unread(*_args: Any, **_kwargs: Any) -> str:
+        raise AssertionError("read again")
+
+    with monkeypatch.context() as m:
+        m.setattr(catalog, "read_toml_text", unread)
+        assert catalog.read_catalog_file(path) == first
+        assert catalog.read_catalog_file(catalog.BUNDLED) == bundled
+    # the same size, in place (the same inode): only the modification time tells it changed
+    path.write_text(GOOD.replace('name = "x"', 'name = "y"', 1))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert [e.name for e in first] == ["x"]
+    assert [e.name for e in catalog.read_catalog_file(path)] == ["y"]
