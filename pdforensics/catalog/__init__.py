@@ -201,8 +201,8 @@ def _toml_type(value: Any) -> str:
 def read_catalog_file(path: Path) -> list[Entry]:
     """One TOML catalog file; anything wrong with it is a UsageError of one line (exit 2).
 
-    Read and checked once per process while the file stays the same (its path, size and
-    inode, modification time): checking the bundled file's ~640 regexes with Python's `re` and polars
+    Read and checked once per process while the file stays the same (its path, inode, size and
+    modification time): checking the bundled file's ~640 regexes with Python's `re` and polars
     costs ~0.13 s, which a process that ingests many times (a test run, a library user) paid for
     each ingest."""
     try:
