@@ -24,6 +24,8 @@ try:
     from typer._coercion import RuntimeParam, build_runtime_param
     from typer._param_types import coerce_cli_path
     from typer.models import ParameterInfo
+
+    _UNSET = ParameterInfo()  # an option declared with no constraint: each field at its default
 except ImportError:  # another typer: its own coercion stays
     RuntimeParam = None  # type: ignore[assignment,misc]
 
@@ -89,8 +91,7 @@ if RuntimeParam is not None:
 
 def _plain_leaf(annotation: Any, info: Any) -> tuple[Callable[[Any], Any], bool, bool] | None:
     """(leaf, many, path) for an option this module converts, None for one typer keeps."""
-    default = ParameterInfo()
-    if any(getattr(info, k, None) != getattr(default, k, None) for k in _CONSTRAINTS):
+    if any(getattr(info, k, None) != getattr(_UNSET, k, None) for k in _CONSTRAINTS):
         return None
     many = get_origin(annotation) is list
     leaf_type = get_args(annotation)[0] if many else annotation

@@ -31,7 +31,7 @@ SPELLINGS = [
 
 def every_option() -> list[tuple[str, Any]]:
     group = typer.main.get_command(app)
-    ctx = typer.main.get_command(app).make_context("pdforensics", [], resilient_parsing=True)
+    ctx = group.make_context("pdforensics", [], resilient_parsing=True)
     out = [("(root)", p) for p in [*group.params, group.get_help_option(ctx)]]
     for name, command in group.commands.items():
         out += [(name, p) for p in [*command.params, command.get_help_option(ctx)] if p is not None]
