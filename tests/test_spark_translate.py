@@ -111,6 +111,58 @@ def test_a_translation_is_kept_for_the_next_process(translated, tmp_path: Path, 
     assert calls[-1] == "cache off" and kept.is_file()
 
 
+# Each kind a placeholder stands for: a float in e-notation, fractional floats of both signs, ints
+# of both signs and zero, strings with a quote (pdf_instance is read by the instance views), and
+# the values translated as they are (NULL, booleans, infinity).
+EVERY_KIND = {
+    "pdf_watchdog_timeout_s": 1e20,
+    "pdf_grace_s": 0.25,
+    "pdf_env_timeout_s": -3.5,
+    "pdf_since_us": -5,
+    "pdf_until_us": 0,
+    "pdf_env_unit": "s'x",
+    "pdf_instance": "host'1",
+    "pdf_fleet_timeout_s": float("inf"),
+    "pdf_watchdog_deployed": True,
+    "pdf_context_s": None,
+}
+
+
+def test_a_translation_with_placeholders_filled_equals_the_values_own() -> None:
+    """The views that read parameters are translated once per kind of values (run.translate_con)
+    with placeholders that each value's literal then replaces: the result is what translating the
+    values themselves gives, step for step, and the failures are the same."""
+    readers = {v.name for v in translate.read_views()[0] if translate.reads_parameters(v)}
+    con = translate.empty_database()
+    try:
+        direct, direct_failed = translate.translate_all(con, EVERY_KIND, only=readers)
+        marked, marked_failed = translate.translate_all(con, translate.placeholders(EVERY_KIND), only=readers)
+    finally:
+        con.close()
+    assert {t.name for t in direct} | set(direct_failed) == readers
+    assert marked_failed == direct_failed
+    filled = translate.fill_placeholders(marked, EVERY_KIND)
+    assert [(t.name, t.steps, t.deps) for t in filled] == [(t.name, t.steps, t.deps) for t in direct]
+    # the placeholders were there to replace, and none of them is left
+    marks = [
+        v if isinstance(v, str) else str(abs(v))
+        for k, v in translate.placeholders(EVERY_KIND).items()
+        if v is not EVERY_KIND[k]
+    ]
+    assert all(any(m in sql for t in marked for _, sql in t.steps) for m in marks)
+    assert not any(m in sql for t in filled for _, sql in t.steps for m in marks)
+
+
+def test_values_of_one_kind_share_a_translation_and_other_kinds_do_not() -> None:
+    kinds = translate.parameter_kinds
+    assert kinds({"pdf_watchdog_timeout_s": 60, "pdf_env_unit": "s"}) == kinds(
+        {"pdf_watchdog_timeout_s": 600, "pdf_env_unit": "ms"}
+    )
+    # a fraction changes an integer cast (spark_int_casts), a sign the literal's form (a Neg node)
+    for a, b in ((60, 60.0), (60, -60), (0.5, -0.5), (None, 0), (True, False), (float("inf"), 1.0)):
+        assert kinds({"pdf_x": a}) != kinds({"pdf_x": b}), (a, b)
+
+
 def test_the_answer_runs_only_the_views_it_reads(translated) -> None:
     """`verdict --engine spark` creates the answer's views and what they read, in translation
     order, and none of the drill-down's: each view's dependencies come before it."""

@@ -57,8 +57,9 @@ def translate_for(db: Path, params: translate.Params) -> Translation:
 
 def translate_con(con: duckdb.DuckDBPyConnection, params: translate.Params) -> Translation:
     """The views translated against `con`'s tables. Kept per schema, in this process and in the
-    user's cache (translating binds every star in DuckDB: ~20 s here, paid by each new process);
-    only the views that read the parameters (`params`) are translated again for each set of them.
+    user's cache (translating binds every star in DuckDB: ~8 s of CPU here, paid by each new process);
+    only the views that read the parameters (`params`) are translated again, once for each kind of
+    their values (translate.parameter_kinds).
     Installs the views on `con` as temporary ones when it needs them."""
     shape = tuple(
         con.execute(
@@ -80,11 +81,15 @@ def translate_con(con: duckdb.DuckDBPyConnection, params: translate.Params) -> T
     done, failed = list(done), dict(failed)
     if params:
         views = {v.name for v in translate.read_views()[0] if translate.reads_parameters(v)}
-        # no star in them: DuckDB's binder (the installed views) is not needed
-        redone, refailed = _kept_on_disk(
-            repr((key, sorted(params.items(), key=repr))),
-            lambda: translate.translate_all(con, params, only=views),
-        )
+        # translated once per kind of values, with placeholders that the values then replace
+        # (a translation of them is ~2.5 s of CPU here; it was every set of values)
+        kinds = (key, translate.parameter_kinds(params))
+        if kinds not in _TRANSLATED:
+            _TRANSLATED[kinds] = _kept_on_disk(
+                repr(kinds), lambda: translate.translate_all(con, translate.placeholders(params), only=views)
+            )
+        redone, refailed = _TRANSLATED[kinds]
+        redone = translate.fill_placeholders(redone, params)
         by_name = {t.name: t for t in redone}
         done = [by_name.get(t.name, t) for t in done if t.name not in refailed]
         failed |= refailed

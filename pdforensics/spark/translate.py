@@ -22,6 +22,7 @@ Regenerate the golden files after a change of the views (or of sqlglot):
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from collections.abc import Iterable
@@ -139,7 +140,65 @@ def inline_variables(tree: exp.Expression, params: Params) -> exp.Expression:
             return _literal(params.get(node.expressions[0].name))
         return node
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
+
+
+# A view's translation depends on its parameters' values only through their literals, and on the
+# literal's kind (a fractional literal inside an integer cast is rounded, see spark_int_casts; a
+# negative number is a Neg node): one translation per kind, with a placeholder of that kind for
+# each value, serves every value of the same kinds by replacing the placeholders' text.
+_PLACEHOLDER_BASE = 7_310_000_000_000
+
+
+def parameter_kinds(params: Params) -> tuple[tuple[str, str], ...]:
+    """What the translation of `params` depends on beyond their literals' text: per parameter, its
+    kind (int/float and sign, or string); NULL, booleans and non-finite floats as they are."""
+    kinds = []
+    for name, value in sorted(params.items()):
+        if (
+            value is None
+            or isinstance(value, bool)
+            or (isinstance(value, float) and not math.isfinite(value))
+        ):
+            kinds.append((name, f"exactly {value!r}"))
+        elif isinstance(value, int | float):
+            kinds.append((name, f"{type(value).__name__} {'<' if value < 0 else '>='} 0"))
+        else:
+            kinds.append((name, "string"))
+    return tuple(kinds)
+
+
+def placeholders(params: Params) -> Params:
+    """A value of the same kind (parameter_kinds) for each of `params`, none of them in any view."""
+    out: Params = {}
+    for i, (name, value) in enumerate(sorted(params.items())):
+        if parameter_kinds({name: value})[0][1].startswith("exactly"):
+            out[name] = value
+        elif isinstance(value, int | float):
+            magnitude = _PLACEHOLDER_BASE + i + (0.5 if isinstance(value, float) else 0)
+            out[name] = -magnitude if value < 0 else magnitude
+        else:
+            out[name] = f"pdforensics parameter {i} placeholder"
+    return out
+
+
+def fill_placeholders(translated: list[Translated], params: Params) -> list[Translated]:
+    """`translated` (made with placeholders(params)) with each placeholder's literal replaced by
+    the literal of its value."""
+    texts = [
+        (_literal(mark).sql(dialect="spark"), _literal(params[name]).sql(dialect="spark"))
+        for name, mark in placeholders(params).items()
+        if mark is not params[name]
+    ]
+    # the longest first, and not inside a longer number
+    marks = sorted((re.escape(mark) for mark, _ in texts), key=len, reverse=True)
+    pattern = re.compile(f"(?<![0-9])(?:{'|'.join(marks)})(?![0-9])") if texts else None
+    value_of = dict(texts)
+
+    def fill(sql: str) -> str:
+        return pattern.sub(lambda m: value_of[m.group(0)], sql) if pattern else sql
+
+    return [Translated(t.name, [(name, fill(sql)) for name, sql in t.steps], t.deps) for t in translated]
 
 
 def _substitute(body: exp.Expression, names: list[str], args: list[exp.Expression]) -> exp.Expression:
@@ -150,7 +209,7 @@ def _substitute(body: exp.Expression, names: list[str], args: list[exp.Expressio
             return exp.Paren(this=binding[node.name].copy())
         return node
 
-    return body.copy().transform(sub)
+    return body.copy().transform(sub, copy=False)
 
 
 def inline_macros(tree: exp.Expression, macros: dict[str, Macro]) -> exp.Expression:
@@ -167,7 +226,7 @@ def inline_macros(tree: exp.Expression, macros: dict[str, Macro]) -> exp.Express
             return inline_macros(_substitute(m.body, m.params, list(node.expressions)), macros)
         return node
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
 
 
 def drop_materialized(tree: exp.Expression) -> exp.Expression:
@@ -185,43 +244,67 @@ class Describer:
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self.con = con
+        self._ctes: dict[int, tuple[exp.With, list[tuple[str, str, set[str]]]]] = {}
 
-    def columns(self, query: exp.Expression) -> list[str]:
+    def columns(self, sql: str) -> list[str]:
         # binding is enough: a relation is planned, never run
-        return list(self.con.sql(query.sql(dialect="duckdb")).columns)
+        return list(self.con.sql(sql).columns)
+
+    def ctes(self, w: exp.With) -> list[tuple[str, str, set[str]]]:
+        """A WITH's CTEs: (name, DuckDB text, names it reads), written once per WITH (a view's
+        every star is bound inside the same CTEs: copying and writing them each time was most of
+        a translation). The rewrites that later change a CTE (stars made explicit, UNION BY NAME
+        made positional, a row alias made a struct) keep its column names, all the binder is
+        asked for."""
+        kept = self._ctes.get(id(w))
+        if kept is None or kept[0] is not w:
+            parts = [
+                (c.alias_or_name.lower(), c.sql(dialect="duckdb"), _reads(c.this)) for c in w.expressions
+            ]
+            kept = self._ctes[id(w)] = (w, parts)
+        return kept[1]
 
 
-def _with_scope(node: exp.Expression, query: exp.Query) -> exp.Query:
-    """`query` inside every WITH visible at `node` (nested as they are, so inner names shadow
-    outer ones), so DuckDB can bind it on its own."""
+def _reads(*nodes: exp.Expression) -> set[str]:
+    """Every relation name read anywhere under `nodes` (a superset of what they need)."""
+    return {t.name.lower() for node in nodes for t in node.find_all(exp.Table) if t.name}
+
+
+def _scoped_sql(node: exp.Expression, sql: str, reads: set[str], desc: Describer) -> str:
+    """`sql` (which reads `reads`) inside every WITH visible at `node`, nested as they are so
+    inner names shadow outer ones, with the CTEs it reads directly or through others (binding
+    the others is ~0.15 s a star here and cannot change a column): DuckDB can bind it alone."""
     parent: exp.Expression | None = node
+    reads = set(reads)
     while parent is not None:
         w = parent.args.get("with_") or parent.args.get("with")
         if isinstance(w, exp.With):
-            wrapped = exp.Select(expressions=[exp.Star()]).from_(
-                exp.Subquery(this=query, alias=exp.TableAlias(this=exp.to_identifier("__scope")))
-            )
-            wrapped.set("with_", exp.With(expressions=[c.copy() for c in w.expressions]))
-            query = wrapped
+            ctes = desc.ctes(w)
+            wanted: set[str] = set()
+            for name, _, needs in reversed(ctes):  # a CTE reads only those before it
+                if name in reads:
+                    wanted.add(name)
+                    reads |= needs
+            if wanted:
+                text = ", ".join(t for name, t, _ in ctes if name in wanted)
+                sql = f"WITH {text} SELECT * FROM ({sql}) AS __scope"
         parent = parent.parent
-    return query
-
-
-def _from_part(select: exp.Select, projection: list[exp.Expression]) -> exp.Select:
-    """A copy of `select` keeping only its FROM and JOINs, projecting `projection`."""
-    q = exp.Select(expressions=projection)
-    for key in ("from_", "from", "joins"):
-        if select.args.get(key) is not None:
-            val = select.args[key]
-            q.set(key, [j.copy() for j in val] if isinstance(val, list) else val.copy())
-    return _with_scope(select, q)
+    return sql
 
 
 def _star_columns(select: exp.Select, table: str | None, desc: Describer) -> list[str]:
+    """The columns `table.*` (or `*`) stands for in `select`: its FROM and JOINs, projected."""
     star: exp.Expression = (
         exp.Column(this=exp.Star(), table=exp.to_identifier(table)) if table else exp.Star()
     )
-    return desc.columns(_from_part(select, [star]))
+    parts = [f"SELECT {star.sql(dialect='duckdb')}"]
+    sources: list[exp.Expression] = []
+    for key in ("from_", "from", "joins"):
+        val = select.args.get(key)
+        if val is not None:
+            sources.extend(val if isinstance(val, list) else [val])
+    parts.extend(j.sql(dialect="duckdb") for j in sources)
+    return desc.columns(_scoped_sql(select, " ".join(parts), _reads(*sources), desc))
 
 
 def _col(name: str, table: str | None) -> exp.Column:
@@ -264,8 +347,8 @@ def union_by_name(tree: exp.Expression, desc: Describer) -> exp.Expression:
         if not union.args.get("by_name"):
             continue
         left, right = union.this, union.expression
-        lcols = desc.columns(_with_scope(union, left.copy()))
-        rcols = desc.columns(_with_scope(union, right.copy()))
+        lcols = desc.columns(_scoped_sql(union, left.sql(dialect="duckdb"), _reads(left), desc))
+        rcols = desc.columns(_scoped_sql(union, right.sql(dialect="duckdb"), _reads(right), desc))
         names = lcols + [c for c in rcols if c not in lcols]
 
         union.set("this", _by_name_side(left, lcols, names, "__l"))
@@ -368,7 +451,7 @@ def spark_lists(tree: exp.Expression) -> exp.Expression:
             return _list_agg(node, None)
         return node
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
 
 
 _FORMAT_FIELD = re.compile(r"\{\{|\}\}|\{(:[^}]*)?\}")
@@ -415,7 +498,7 @@ def spark_format(tree: exp.Expression) -> exp.Expression:
             parts.append("'" + text[pos:].replace("'", "\\'") + "'")
         return _parse_spark(f"concat({', '.join(parts) or chr(39) * 2})")
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
 
 
 _INTS = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT,
@@ -446,7 +529,7 @@ def spark_any_value(tree: exp.Expression) -> exp.Expression:
             return exp.Anonymous(this="any_value", expressions=[node.this.copy(), exp.true()])
         return node
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
 
 
 def spark_slices(tree: exp.Expression) -> exp.Expression:
@@ -471,7 +554,7 @@ def spark_slices(tree: exp.Expression) -> exp.Expression:
             expressions=[node.this.copy(), exp.Literal.number(int(lo.this)), exp.Literal.number(n)],
         )
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
 
 
 def spark_list_position(tree: exp.Expression) -> exp.Expression:
@@ -483,7 +566,7 @@ def spark_list_position(tree: exp.Expression) -> exp.Expression:
             return exp.Nullif(this=pos, expression=exp.Literal.number(0))
         return node
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
 
 
 def spark_arg_min_max(tree: exp.Expression) -> exp.Expression:
@@ -533,7 +616,7 @@ def spark_strftime(tree: exp.Expression) -> exp.Expression:
             this="date_format", expressions=[node.this.copy(), exp.Literal.string("".join(parts))]
         )
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
 
 
 def spark_types(tree: exp.Expression) -> exp.Expression:
@@ -563,7 +646,7 @@ def spark_unnest(tree: exp.Expression) -> exp.Expression:
             return exp.Anonymous(this="inline", expressions=[node.this.copy()])
         return node
 
-    return tree.transform(sub)
+    return tree.transform(sub, copy=False)
 
 
 def _asof_parts(on: exp.Expression, right: str) -> tuple[list[exp.EQ], exp.Expression, exp.Expression, str]:
