@@ -70,30 +70,33 @@ def translate_con(con: duckdb.DuckDBPyConnection, params: translate.Params) -> T
         ).fetchall()
     )  # the tables only: the views' columns follow from them and the view files (in the key)
     key = (shape, translate.views_text())
-    if key not in _TRANSLATED:
 
-        def translate_every_view() -> Translation:
-            verdict.install_views(con, temporary=True)
-            return translate.translate_all(con)
+    def translate_every_view() -> Translation:
+        verdict.install_views(con, temporary=True)
+        return translate.translate_all(con)
 
-        _TRANSLATED[key] = _kept_on_disk(repr(key), translate_every_view)
-    done, failed = _TRANSLATED[key]
+    def translate_parameter_views() -> Translation:
+        views = {v.name for v in translate.read_views()[0] if translate.reads_parameters(v)}
+        return translate.translate_all(con, translate.placeholders(params), only=views)
+
+    done, failed = _kept(key, translate_every_view)
     done, failed = list(done), dict(failed)
     if params:
-        views = {v.name for v in translate.read_views()[0] if translate.reads_parameters(v)}
         # translated once per kind of values, with placeholders that the values then replace
         # (a translation of them is ~2.5 s of CPU here; it was every set of values)
-        kinds = (key, translate.parameter_kinds(params))
-        if kinds not in _TRANSLATED:
-            _TRANSLATED[kinds] = _kept_on_disk(
-                repr(kinds), lambda: translate.translate_all(con, translate.placeholders(params), only=views)
-            )
-        redone, refailed = _TRANSLATED[kinds]
+        redone, refailed = _kept((key, translate.parameter_kinds(params)), translate_parameter_views)
         redone = translate.fill_placeholders(redone, params)
         by_name = {t.name: t for t in redone}
         done = [by_name.get(t.name, t) for t in done if t.name not in refailed]
         failed |= refailed
     return done, failed
+
+
+def _kept(key: tuple, translate_now: Callable[[], Translation]) -> Translation:
+    """The translation of `key` kept in this process, else in the user's cache, else made now."""
+    if key not in _TRANSLATED:
+        _TRANSLATED[key] = _kept_on_disk(repr(key), translate_now)
+    return _TRANSLATED[key]
 
 
 # Files whose code decides a translation, beside the views and the schema in the key.

@@ -150,16 +150,17 @@ def inline_variables(tree: exp.Expression, params: Params) -> exp.Expression:
 _PLACEHOLDER_BASE = 7_310_000_000_000
 
 
+def _as_it_is(value: Any) -> bool:
+    """A value translated as it is, with no placeholder: NULL, a boolean, a non-finite float."""
+    return value is None or isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value))
+
+
 def parameter_kinds(params: Params) -> tuple[tuple[str, str], ...]:
     """What the translation of `params` depends on beyond their literals' text: per parameter, its
     kind (int/float and sign, or string); NULL, booleans and non-finite floats as they are."""
     kinds = []
     for name, value in sorted(params.items()):
-        if (
-            value is None
-            or isinstance(value, bool)
-            or (isinstance(value, float) and not math.isfinite(value))
-        ):
+        if _as_it_is(value):
             kinds.append((name, f"exactly {value!r}"))
         elif isinstance(value, int | float):
             kinds.append((name, f"{type(value).__name__} {'<' if value < 0 else '>='} 0"))
@@ -172,7 +173,7 @@ def placeholders(params: Params) -> Params:
     """A value of the same kind (parameter_kinds) for each of `params`, none of them in any view."""
     out: Params = {}
     for i, (name, value) in enumerate(sorted(params.items())):
-        if parameter_kinds({name: value})[0][1].startswith("exactly"):
+        if _as_it_is(value):
             out[name] = value
         elif isinstance(value, int | float):
             magnitude = _PLACEHOLDER_BASE + i + (0.5 if isinstance(value, float) else 0)
@@ -188,7 +189,7 @@ def fill_placeholders(translated: list[Translated], params: Params) -> list[Tran
     texts = [
         (_literal(mark).sql(dialect="spark"), _literal(params[name]).sql(dialect="spark"))
         for name, mark in placeholders(params).items()
-        if mark is not params[name]
+        if not _as_it_is(mark)
     ]
     # the longest first, and not inside a longer number
     marks = sorted((re.escape(mark) for mark, _ in texts), key=len, reverse=True)
